@@ -1,0 +1,125 @@
+"""The normalized types every part of flowproof shares.
+
+Wire codecs (``flowproof.wire``) turn provider bytes into these; everything above
+``wire/`` (trajectory, assertions, replay reports, compare) reads only these and
+never branches on the provider.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class FinishReason(StrEnum):
+    """How a model turn ended, unified across providers (the raw reason is kept aside)."""
+
+    STOP = "stop"
+    TOOL_CALLS = "tool-calls"
+    LENGTH = "length"
+    CONTENT_FILTER = "content-filter"
+    ERROR = "error"
+    # A provider reason flowproof does not know yet; compare treats it like any other label.
+    OTHER = "other"
+
+
+_UNPARSED = object()
+
+
+def parse_arguments(raw: str) -> Any | None:
+    """Parse a tool call's wire argument string; ``None`` when it is not valid JSON."""
+    try:
+        return json.loads(raw)
+    except (ValueError, TypeError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call the model asked for.
+
+    ``arguments_raw`` is the argument string exactly as assembled from the wire
+    (key order and whitespace included: the cassette pins it byte-exactly).
+    ``arguments`` is its parsed JSON, or ``None`` when it is not valid JSON
+    (``is_json`` tells the two ``None`` cases apart).
+    """
+
+    name: str
+    arguments_raw: str
+    call_id: str | None = None
+    arguments: Any = field(default=_UNPARSED, compare=False)
+    is_json: bool = field(default=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.arguments is _UNPARSED:
+            try:
+                parsed = json.loads(self.arguments_raw) if self.arguments_raw.strip() else {}
+                ok = True
+            except ValueError:
+                parsed, ok = None, False
+            object.__setattr__(self, "arguments", parsed)
+            object.__setattr__(self, "is_json", ok)
+
+    def canonical_arguments(self) -> str:
+        """Arguments as canonical JSON (sorted keys), or the raw string when not JSON."""
+        if not self.is_json:
+            return self.arguments_raw
+        return json.dumps(self.arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A tool result the agent sends back to the model in a request.
+
+    ``name`` is resolved through the call id where the provider does not repeat it.
+    """
+
+    call_id: str | None
+    name: str | None
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """What a model request asks, provider-neutral. Built by a wire codec from exact bytes.
+
+    ``system`` joins every system/developer instruction of the request into one
+    string (the thread key of the reply rule). ``roles`` lists message roles in
+    order, ``tools`` the tool names offered, in order. ``text_size`` counts the
+    characters of request text (system, messages, tool schemas): the reply rule's
+    tie-break.
+    """
+
+    provider: str
+    model: str | None
+    system: str
+    tools: tuple[str, ...]
+    roles: tuple[str, ...]
+    tool_results: tuple[ToolResult, ...]
+    stream: bool
+    text_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseView:
+    """What the model answered, provider-neutral, from a JSON body or a complete SSE stream."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: FinishReason
+    raw_finish_reason: str | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One model call: the request and (unless the call failed) the response.
+
+    ``index`` is the turn's position in the recording (the order calls completed in).
+    """
+
+    index: int
+    request: RequestView
+    response: ResponseView | None

@@ -1,0 +1,52 @@
+"""The seam between provider bytes and the normalized model: the `Codec` protocol.
+
+One codec per model API (``openai_chat``, ``openai_responses``, ``anthropic``,
+``gemini``). Every method is pure: bytes in, `flowproof.model` values or bytes
+out. A body that is not what the codec expects raises `flowproof.errors.WireError`
+naming the provider and the field, never a raw KeyError/TypeError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from flowproof.model import RequestView, ResponseView
+from flowproof.wire.sse import SSEEvent
+
+
+class Codec(Protocol):
+    """What flowproof needs from one model API."""
+
+    #: Stable provider id stored in cassettes: "openai-chat", "openai-responses", "anthropic", "gemini".
+    name: str
+
+    def matches(self, method: str, host: str, path: str) -> bool:
+        """True when this request (``path`` without the query string) is a model call of this API."""
+        ...
+
+    def is_stream_request(self, body: bytes, path: str, query: str) -> bool:
+        """True when the request asks for an SSE stream (a body flag, or Gemini's path/``alt=sse``)."""
+        ...
+
+    def parse_request(self, body: bytes) -> RequestView: ...
+
+    def parse_response(self, body: bytes) -> ResponseView:
+        """The view of a complete non-streamed JSON response body."""
+        ...
+
+    def parse_events(self, events: Sequence[SSEEvent]) -> ResponseView:
+        """The view of a complete SSE stream, assembled exactly as a client would."""
+        ...
+
+    def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
+        """Replace the content of every tool result whose tool name is in ``results``.
+
+        Deterministic: the same input gives the same bytes. When nothing is
+        replaced the body is returned unchanged (the same bytes object content).
+        """
+        ...
+
+    def error_body(self, status: int, message: str) -> bytes:
+        """An error response body in this provider's own error format."""
+        ...
