@@ -1,0 +1,341 @@
+"""Evaluate a flow spec's assertion steps against a trajectory.
+
+Semantics (seed "spec-shape-and-assertions"):
+
+- ``assert_tool_call`` steps form an ordered subsequence of ``trajectory.tool_calls``:
+  each must match a call after the call the previous one matched; unlisted calls
+  in between are allowed unless the flow says ``strict: true``.
+- ``assert_no_tool_call`` covers the whole trajectory, whatever the position.
+- ``assert: reply contains X`` (``reply is X`` alias) is a substring test on the
+  reply; an absent reply reads "the agent has not replied", never "empty text".
+
+Nothing here raises for a failing assertion: every step yields an
+`AssertionResult`, and a failure's message says what was expected and what the
+trajectory actually held (the nearest call, the actual value at the path).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from flowproof.model import ToolCall
+from flowproof.spec.paths import resolve_path
+from flowproof.spec.types import (
+    Clause,
+    FlowSpec,
+    Location,
+    Matcher,
+    ReplyAssertion,
+    Step,
+    ToolCallAssertion,
+)
+from flowproof.trajectory import Trajectory
+
+__all__ = ["AssertionResult", "check_clause", "describe_assertion", "evaluate"]
+
+# Long values are cut in messages: a reviewer needs the start, not 8000 characters.
+_EXCERPT = 160
+
+
+@dataclass(frozen=True, slots=True)
+class AssertionResult:
+    """The verdict on one spec step (``step`` is None for the flow-level ``strict`` check)."""
+
+    step: Step | None
+    passed: bool
+    message: str
+    location: Location | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClauseCheck:
+    """One where clause applied to one call: passed, and a line saying what was found."""
+
+    clause: Clause
+    passed: bool
+    detail: str
+
+
+def evaluate(spec: FlowSpec, trajectory: Trajectory) -> list[AssertionResult]:
+    """Check every assertion step of ``spec`` (variables already resolved) against ``trajectory``.
+
+    Returns one result per assertion step, in spec order, plus one for the
+    ``strict`` check when the flow is strict. Prompt steps yield nothing.
+    """
+    results: list[AssertionResult] = []
+    calls = trajectory.tool_calls
+    next_pos = 0  # the subsequence cursor: the first call the next assert_tool_call may match
+    prev_matched: int | None = None
+    matched: list[int] = []
+    for step in spec.steps:
+        if isinstance(step, ToolCallAssertion) and not step.negated:
+            pos = _find_match(step, calls, next_pos)
+            if pos is not None:
+                results.append(
+                    AssertionResult(
+                        step,
+                        True,
+                        f"{describe_assertion(step)}: matched {_call_ref(pos, calls)}",
+                        step.location,
+                    )
+                )
+                matched.append(pos)
+                next_pos, prev_matched = pos + 1, pos
+            else:
+                message = _explain_missing_call(step, calls, next_pos, prev_matched)
+                results.append(AssertionResult(step, False, message, step.location))
+        elif isinstance(step, ToolCallAssertion):
+            results.append(_evaluate_no_call(step, calls))
+        elif isinstance(step, ReplyAssertion):
+            results.append(_evaluate_reply(step, trajectory))
+    if spec.strict:
+        results.append(_evaluate_strict(spec, calls, matched))
+    return results
+
+
+# --- assert_tool_call -------------------------------------------------------------------------
+
+
+def describe_assertion(step: ToolCallAssertion) -> str:
+    """The assertion in prose: ``create_booking where flight.id equals KQ311 and seat exists``."""
+    if not step.clauses:
+        return step.tool
+    return f"{step.tool} where " + " and ".join(_describe_clause(c) for c in step.clauses)
+
+
+def _describe_clause(clause: Clause) -> str:
+    text = f"{clause.path} {clause.matcher.value}"
+    return text if clause.value is None else f"{text} {clause.value}"
+
+
+def _call_ref(pos: int, calls: Sequence[ToolCall]) -> str:
+    return f"call {pos + 1} of {len(calls)}"
+
+
+def _named_ref(pos: int, calls: Sequence[ToolCall]) -> str:
+    return f"{calls[pos].name} ({_call_ref(pos, calls)})"
+
+
+def _call_matches(step: ToolCallAssertion, call: ToolCall) -> bool:
+    return call.name == step.tool and all(check_clause(c, call).passed for c in step.clauses)
+
+
+def _find_match(step: ToolCallAssertion, calls: Sequence[ToolCall], start: int) -> int | None:
+    for pos in range(start, len(calls)):
+        if _call_matches(step, calls[pos]):
+            return pos
+    return None
+
+
+def _explain_missing_call(
+    step: ToolCallAssertion,
+    calls: Sequence[ToolCall],
+    start: int,
+    prev_matched: int | None,
+) -> str:
+    lines = [f"expected {describe_assertion(step)}"]
+    same = [i for i, c in enumerate(calls) if c.name == step.tool]
+    if not same:
+        lines.append(f"  {step.tool} was never called; {_called_tools(calls)}")
+        return "\n".join(lines)
+    after = [i for i in same if i >= start]
+    early_matches = [i for i in same if i < start and _call_matches(step, calls[i])]
+    if early_matches and prev_matched is not None:
+        lines.append(
+            f"  {step.tool} was called out of order: {_call_ref(early_matches[0], calls)} matches,"
+            f" but it comes before {_named_ref(prev_matched, calls)},"
+            " which the previous assertion matched"
+        )
+        if not after:
+            return "\n".join(lines)
+    elif not after and prev_matched is not None:
+        lines.append(
+            f"  {step.tool} was only called before {_named_ref(prev_matched, calls)},"
+            " which the previous assertion matched"
+        )
+    pool = after or same
+    nearest = min(pool, key=lambda i: (_failures(step, calls[i]), i))
+    lines.append(f"  nearest call: {_named_ref(nearest, calls)}")
+    lines.extend(_clause_lines(step, calls[nearest]))
+    return "\n".join(lines)
+
+
+def _failures(step: ToolCallAssertion, call: ToolCall) -> int:
+    return sum(not check_clause(c, call).passed for c in step.clauses)
+
+
+def _clause_lines(step: ToolCallAssertion, call: ToolCall) -> list[str]:
+    if not call.is_json:
+        return [
+            "  its arguments were not valid JSON, so no where clause can match:"
+            f" {_excerpt(call.arguments_raw)!r}"
+        ]
+    return [f"  {chk.detail}" for c in step.clauses if not (chk := check_clause(c, call)).passed]
+
+
+def _called_tools(calls: Sequence[ToolCall]) -> str:
+    if not calls:
+        return "no tool was called at all"
+    return "the calls were, in order: " + ", ".join(c.name for c in calls)
+
+
+# --- assert_no_tool_call ----------------------------------------------------------------------
+
+
+def _evaluate_no_call(step: ToolCallAssertion, calls: Sequence[ToolCall]) -> AssertionResult:
+    what = describe_assertion(step)
+    offending = [i for i, c in enumerate(calls) if _call_matches(step, c)]
+    if not offending:
+        if step.clauses:
+            message = f"no call to {what}"
+        else:
+            message = f"{step.tool} was never called"
+        return AssertionResult(step, True, message, step.location)
+    lines = [f"expected no call to {what}"]
+    for i in offending:
+        args = _excerpt(calls[i].arguments_raw)
+        lines.append(f"  but {_named_ref(i, calls)} was made with {args}")
+    return AssertionResult(step, False, "\n".join(lines), step.location)
+
+
+# --- reply ------------------------------------------------------------------------------------
+
+
+def _evaluate_reply(step: ReplyAssertion, trajectory: Trajectory) -> AssertionResult:
+    expected = f"expected the reply to contain {_quote(step.text)}"
+    reply = trajectory.reply
+    if reply is None:
+        reason = trajectory.reply_absent_reason or "no final assistant message"
+        message = f"{expected}\n  the agent has not replied ({reason})"
+        return AssertionResult(step, False, message, step.location)
+    if step.text in reply:
+        return AssertionResult(step, True, f"the reply contains {_quote(step.text)}", step.location)
+    shown = "the reply is empty text" if reply == "" else f"the reply is {_quote(_excerpt(reply))}"
+    return AssertionResult(step, False, f"{expected}\n  {shown}", step.location)
+
+
+# --- strict -----------------------------------------------------------------------------------
+
+
+def _evaluate_strict(
+    spec: FlowSpec, calls: Sequence[ToolCall], matched: Sequence[int]
+) -> AssertionResult:
+    taken = set(matched)
+    unlisted = [i for i in range(len(calls)) if i not in taken]
+    if not unlisted:
+        return AssertionResult(
+            None, True, "strict: every tool call is listed by an assert_tool_call", spec.location
+        )
+    lines = ["strict: true forbids tool calls no assert_tool_call lists, but the agent made:"]
+    for i in unlisted:
+        lines.append(f"  - {_named_ref(i, calls)} with {_excerpt(calls[i].arguments_raw)}")
+    return AssertionResult(None, False, "\n".join(lines), spec.location)
+
+
+# --- where clauses ----------------------------------------------------------------------------
+
+
+def check_clause(clause: Clause, call: ToolCall) -> ClauseCheck:
+    """Apply one where clause to a call's parsed arguments.
+
+    ``detail`` states what the call actually held at the path (for failures, in
+    words like ``flight.id is "KQ999", not "KQ311"``).
+    """
+    if not call.is_json:
+        return ClauseCheck(
+            clause,
+            False,
+            f"the arguments were not valid JSON: {_excerpt(call.arguments_raw)!r}",
+        )
+    found, actual = resolve_path(call.arguments, clause.segments)
+    path, matcher, value = clause.path, clause.matcher, clause.value
+    if matcher is Matcher.EXISTS:
+        if found:
+            return ClauseCheck(clause, True, f"{path} is {_show(actual)}")
+        return ClauseCheck(clause, False, f"{path} is absent, expected it to exist")
+    if matcher is Matcher.ABSENT:
+        if not found:
+            return ClauseCheck(clause, True, f"{path} is absent")
+        return ClauseCheck(clause, False, f"{path} is {_show(actual)}, expected it to be absent")
+    expected = value if value is not None else ""
+    if not found:
+        return ClauseCheck(
+            clause, False, f"{path} is absent, expected it to {_verb(matcher)} {_quote(expected)}"
+        )
+    if matcher is Matcher.EQUALS:
+        ok = _equals(actual, expected)
+        return ClauseCheck(clause, ok, f"{path} is {_show(actual)}, not {_quote(expected)}")
+    if matcher is Matcher.CONTAINS:
+        ok = _contains(actual, expected)
+        if isinstance(actual, list):
+            detail = f"{path} is {_show(actual)}, which has no element equal to {_quote(expected)}"
+        elif isinstance(actual, dict):
+            detail = f"{path} is {_show(actual)}, which has no key {_quote(expected)}"
+        else:
+            detail = f"{path} is {_show(actual)}, which does not contain {_quote(expected)}"
+        return ClauseCheck(clause, ok, detail)
+    # MATCHES: the pattern was validated when the spec was parsed; compile here only when a
+    # ${VAR} kept it from being compiled then, and report a bad one instead of raising.
+    pattern = clause.pattern
+    if pattern is None:
+        try:
+            pattern = re.compile(expected)
+        except re.error as exc:
+            return ClauseCheck(clause, False, f"{path}: the pattern {expected!r} is invalid: {exc}")
+    text = actual if isinstance(actual, str) else _json_text(actual)
+    ok = pattern.search(text) is not None
+    return ClauseCheck(
+        clause, ok, f"{path} is {_show(actual)}, which does not match /{pattern.pattern}/"
+    )
+
+
+def _verb(matcher: Matcher) -> str:
+    return {Matcher.EQUALS: "equal", Matcher.CONTAINS: "contain", Matcher.MATCHES: "match"}.get(
+        matcher, matcher.value
+    )
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _equals(actual: Any, expected: str) -> bool:
+    if isinstance(actual, str):
+        return actual == expected
+    if _json_text(actual) == expected:
+        return True
+    if isinstance(actual, (list, dict)):
+        # A container written with spaces ([1, 2]) still means the same JSON.
+        try:
+            return bool(json.loads(expected) == actual)
+        except ValueError:
+            return False
+    return False
+
+
+def _contains(actual: Any, expected: str) -> bool:
+    if isinstance(actual, str):
+        return expected in actual
+    if isinstance(actual, list):
+        return any(_equals(item, expected) for item in actual)
+    if isinstance(actual, dict):
+        return expected in actual
+    return expected in _json_text(actual)
+
+
+def _show(value: Any) -> str:
+    return _excerpt(_json_text(value))
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _excerpt(text: str) -> str:
+    if len(text) <= _EXCERPT:
+        return text
+    return text[: _EXCERPT - 1] + "…"

@@ -1,0 +1,372 @@
+"""Volatile spans and portable paths, applied to request bodies before hashing.
+
+DESIGN.md, "Real agents": plain SDK agents send byte-identical bodies and must be
+hashed on their exact bytes, so a `Normalizer` with nothing declared is the
+identity and never parses JSON. Production agents (Claude Code, codex,
+openai-agents) put per-run identifiers in their bodies; a spec declares
+``volatile:`` rules (or names a preset below) and each matched span is replaced by
+``«volatile:<name>»`` at record and replay alike. The run's working directory and
+HOME become ``«cwd»``/``«home»`` so a cassette recorded on a laptop replays in CI.
+
+Rule paths are dotted like spec paths; a digit indexes a list (or is a mapping
+key), and ``*`` means every element of a list or every value of a mapping.
+A rule with a pattern replaces each regex match inside the string at the path;
+a rule without one replaces the whole value. The evidence for every preset rule
+is in AGENTS.md (the measured behaviour of real agents) and docs/volatile.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from flowproof.spec.types import Location, VolatileRule
+
+__all__ = [
+    "CWD_PLACEHOLDER",
+    "HOME_PLACEHOLDER",
+    "PRESETS",
+    "Normalizer",
+    "looks_like_per_run_id",
+    "placeholder",
+    "suggest_rule",
+]
+
+CWD_PLACEHOLDER = "«cwd»"
+HOME_PLACEHOLDER = "«home»"
+
+
+def placeholder(name: str) -> str:
+    """The text a volatile span named ``name`` is replaced with: ``«volatile:<name>»``."""
+    return f"«volatile:{name}»"
+
+
+def _rule(preset: str, name: str, path: str, pattern: str | None = None) -> VolatileRule:
+    return VolatileRule(
+        name=name,
+        path=path,
+        segments=tuple(path.split(".")),
+        pattern=re.compile(pattern) if pattern is not None else None,
+        location=Location(f"<preset {preset}>", 0, 0),
+    )
+
+
+_DATE = r"\d{4}-\d{2}-\d{2}"
+
+PRESETS: dict[str, tuple[VolatileRule, ...]] = {
+    "claude-code": (
+        # AGENTS.md §5 "volatile": metadata.user_id is a JSON string holding device_id (new per
+        # fresh HOME) and session_id (new every run); nothing in it is prompt text.
+        _rule("claude-code", "user_id", "metadata.user_id"),
+        # §5: system[0].text is the billing header "... cch=<5 hex>;" and cch differs on EVERY
+        # request. Lookbehind keeps "cch=" visible so a reviewer sees what the hole is.
+        _rule("claude-code", "cch", "system.0.text", r"(?<=cch=)[0-9A-Za-z]+"),
+        # §5: the same header carries "cc_version=2.1.197.<3 hex>;" with a per-build suffix.
+        _rule("claude-code", "cc_version", "system.0.text", r"(?<=cc_version=)[^;\s]+"),
+        # §5 "system prompts": the first user message's <system-reminder> holds
+        # "# currentDate\nToday's date is 2026-11-30." Content is a block list or a string.
+        _rule(
+            "claude-code",
+            "current_date",
+            "messages.*.content.*.text",
+            rf"(?<=Today's date is ){_DATE}(?=\.)",
+        ),
+        _rule(
+            "claude-code",
+            "current_date",
+            "messages.*.content",
+            rf"(?<=Today's date is ){_DATE}(?=\.)",
+        ),
+    ),
+    "codex": (
+        # AGENTS.md §6 "volatile": prompt_cache_key is the session UUIDv7, new every run.
+        _rule("codex", "prompt_cache_key", "prompt_cache_key"),
+        # §6: the whole client_metadata (session_id, thread_id, turn_id, root_turn_id,
+        # x-codex-installation-id, x-codex-turn-metadata with turn_started_at_unix_ms).
+        _rule("codex", "client_metadata", "client_metadata"),
+        # §6: every input item id (msg_/at_/fco_<uuidv7>) is minted per run.
+        _rule("codex", "item_id", "input.*.id"),
+        # §6 (default provider): internal_chat_message_metadata_passthrough.create_time/turn_id.
+        _rule(
+            "codex",
+            "create_time",
+            "input.*.internal_chat_message_metadata_passthrough.create_time",
+        ),
+        _rule("codex", "turn_id", "input.*.internal_chat_message_metadata_passthrough.turn_id"),
+        # §6: tool output text carries "Chunk ID: <6 hex>", new on every tool run.
+        _rule("codex", "chunk_id", "input.*.output", r"(?<=Chunk ID: )[0-9A-Fa-f]+"),
+        # §6: "Wall time is potentially volatile too": a real tool's duration never repeats.
+        _rule("codex", "wall_time", "input.*.output", r"(?<=Wall time: )[0-9.]+"),
+        # §6: "cwd and date sit in <environment_context>" (cwd is handled as a portable path).
+        _rule(
+            "codex",
+            "current_date",
+            "input.*.content.*.text",
+            r"(?<=<current_date>)[^<]+(?=</current_date>)",
+        ),
+    ),
+    "openai-agents": (
+        # AGENTS.md §3 "repeat": prompt_cache_key = "agents-sdk:run:<uuid4 hex>", new every
+        # run; the prefix stays visible.
+        _rule(
+            "openai-agents",
+            "run_id",
+            "prompt_cache_key",
+            r"(?<=agents-sdk:run:)[0-9A-Fa-f-]+",
+        ),
+    ),
+}
+
+
+def _is_index(segment: str) -> bool:
+    return segment.isascii() and segment.isdigit()
+
+
+class Normalizer:
+    """Applies volatile rules and portable paths to request bodies; restores paths in responses.
+
+    Everything is compiled once here: ``apply`` runs on every model call.
+
+    >>> Normalizer().apply(b'{"a": 1}')
+    b'{"a": 1}'
+    """
+
+    __slots__ = ("_needles", "_path_re", "_paths", "_portable_map", "_restore_map", "_rules")
+
+    def __init__(
+        self,
+        rules: Sequence[VolatileRule] = (),
+        cwd: str | None = None,
+        home: str | None = None,
+    ) -> None:
+        self._rules: tuple[tuple[tuple[str, ...], Callable[[Any], tuple[Any, bool]]], ...] = tuple(
+            (rule.segments, _replacer(rule)) for rule in rules
+        )
+        # "/" or "" as cwd/home would replace every slash; such paths are not portable anyway.
+        paths: dict[str, str] = {}
+        for value, token in ((cwd, CWD_PLACEHOLDER), (home, HOME_PLACEHOLDER)):
+            if value and len(value.rstrip("/\\")) > 1:
+                paths.setdefault(value.rstrip("/\\"), token)
+        self._paths = paths
+        # Longest first: cwd usually lives under home and must win. The lookahead keeps
+        # /home/u/proj from eating the start of /home/u/project2.
+        ordered = sorted(paths, key=len, reverse=True)
+        self._path_re = (
+            re.compile("(?:" + "|".join(re.escape(p) for p in ordered) + r")(?![\w\-]|\.\w)")
+            if ordered
+            else None
+        )
+        # Every way a path can appear in raw JSON bytes; none present means nothing to parse.
+        needles: set[bytes] = set()
+        for p in ordered:
+            for form in (p, json.dumps(p)[1:-1], json.dumps(p, ensure_ascii=False)[1:-1]):
+                needles.add(form.encode("utf-8"))
+                needles.add(form.replace("/", "\\/").encode("utf-8"))
+        self._needles = tuple(needles)
+        # restore/portable work on raw bytes (JSON or SSE of JSON): paths go in JSON-escaped.
+        self._restore_map = tuple(
+            (tok.encode("utf-8"), json.dumps(p, ensure_ascii=False)[1:-1].encode("utf-8"))
+            for p, tok in paths.items()
+        )
+        self._portable_map = tuple(
+            (json.dumps(p, ensure_ascii=False)[1:-1].encode("utf-8"), paths[p].encode("utf-8"))
+            for p in ordered
+        )
+
+    @property
+    def is_identity(self) -> bool:
+        """True when nothing is declared: ``apply`` returns every body unchanged."""
+        return not self._rules and not self._paths
+
+    def apply(self, body: bytes) -> bytes:
+        """The bytes to hash: volatile spans and portable paths replaced, or ``body`` unchanged.
+
+        Unchanged (the very same bytes) when nothing is declared, nothing matches,
+        or the body is not JSON. Otherwise the result is compact, deterministic JSON.
+        """
+        if self.is_identity:
+            return body
+        if not self._rules and not any(n in body for n in self._needles):
+            return body
+        try:
+            obj = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return body
+        changed = False
+        for segments, replace in self._rules:
+            obj, hit = _apply_at(obj, segments, replace)
+            changed = changed or hit
+        if self._path_re is not None:
+            obj, hit = _map_strings(obj, self._replace_paths)
+            changed = changed or hit
+        if not changed:
+            return body
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    def restore(self, data: bytes) -> bytes:
+        """Put ``«cwd»``/``«home»`` back as this run's paths (for replayed response bytes)."""
+        for token, path in self._restore_map:
+            if token in data:
+                data = data.replace(token, path)
+        return data
+
+    def portable(self, data: bytes) -> bytes:
+        """Replace this run's cwd/home by ``«cwd»``/``«home»`` in raw (recorded response) bytes.
+
+        The inverse of `restore`; works on JSON and on SSE streams of JSON.
+        """
+        for path, token in self._portable_map:
+            if path in data:
+                data = data.replace(path, token)
+        return data
+
+    def _replace_paths(self, text: str) -> str:
+        assert self._path_re is not None
+        return self._path_re.sub(lambda m: self._paths[m.group(0)], text)
+
+
+def _replacer(rule: VolatileRule) -> Callable[[Any], tuple[Any, bool]]:
+    token = placeholder(rule.name)
+    pattern = rule.pattern
+    if pattern is None:
+        return lambda value: (token, True)
+
+    def one(match: re.Match[str]) -> str:
+        # An empty match (a pattern like `[0-9]*`) would put a hole between every character.
+        return token if match.group(0) else ""
+
+    def sub(value: Any) -> tuple[Any, bool]:
+        if not isinstance(value, str):
+            return value, False
+        new = pattern.sub(one, value)
+        return new, new != value
+
+    return sub
+
+
+def _apply_at(
+    obj: Any, segments: tuple[str, ...], replace: Callable[[Any], tuple[Any, bool]]
+) -> tuple[Any, bool]:
+    """Replace the value(s) at ``segments`` in place; return the (new) object and if it changed."""
+    if not segments:
+        return replace(obj)
+    head, rest = segments[0], segments[1:]
+    changed = False
+    if isinstance(obj, list):
+        if head == "*":
+            keys: Sequence[Any] = range(len(obj))
+        elif _is_index(head) and int(head) < len(obj):
+            keys = (int(head),)
+        else:
+            return obj, False
+    elif isinstance(obj, dict):
+        if head == "*":
+            keys = list(obj)
+        elif head in obj:
+            keys = (head,)
+        else:
+            return obj, False
+    else:
+        return obj, False
+    for key in keys:
+        new, hit = _apply_at(obj[key], rest, replace)
+        if hit:
+            obj[key] = new
+            changed = True
+    return obj, changed
+
+
+def _map_strings(obj: Any, fn: Callable[[str], str]) -> tuple[Any, bool]:
+    """Apply ``fn`` to every string (values and keys) in a JSON value, in place."""
+    if isinstance(obj, str):
+        new = fn(obj)
+        return new, new != obj
+    changed = False
+    if isinstance(obj, list):
+        for i, item in enumerate(obj):
+            new, hit = _map_strings(item, fn)
+            if hit:
+                obj[i] = new
+                changed = True
+    elif isinstance(obj, dict):
+        items: list[tuple[str, Any]] = []
+        for key, value in obj.items():
+            new, hit = _map_strings(value, fn)
+            new_key = fn(key)
+            changed = changed or hit or new_key != key
+            items.append((new_key, new))
+        if changed:
+            # A fresh dict in the original key order keeps the serialization deterministic.
+            obj = dict(items)
+    return obj, changed
+
+
+# --- per-run identifier detection (for divergence reports) ------------------------------------
+
+_HEX = "0-9A-Fa-f"
+_KINDS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    (
+        "a UUID",
+        re.compile(
+            rf"(?<![{_HEX}])[{_HEX}]{{8}}-[{_HEX}]{{4}}-[{_HEX}]{{4}}-[{_HEX}]{{4}}"
+            rf"-[{_HEX}]{{12}}(?![{_HEX}])"
+        ),
+        "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    ),
+    (
+        "a timestamp",
+        re.compile(
+            r"(?<!\d)(?:\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
+            r"(?:Z|[+-]\d{2}:?\d{2})?)?|\d{2}:\d{2}:\d{2}(?:\.\d+)?"
+            r"|\d{10}(?:\d{3})?(?:\.\d+)?)(?!\d)"
+        ),
+        r"\d{4}-\d{2}-\d{2}(?:[T ][0-9:.]+(?:Z|[+-][0-9:]+)?)?|\d{10,13}(?:\.\d+)?",
+    ),
+    (
+        "a long hex id",
+        # At least 5 hex characters with a digit among them: English words like "facade" are hex.
+        re.compile(rf"(?<![{_HEX}])(?=[{_HEX}]*\d)[{_HEX}]{{5,}}(?![{_HEX}])"),
+        "[0-9a-fA-F]{5,}",
+    ),
+)
+_KIND_PATTERNS = {kind: yaml_pattern for kind, _, yaml_pattern in _KINDS}
+
+
+def _mask(text: str, pattern: re.Pattern[str]) -> str:
+    return pattern.sub("\x00", text)
+
+
+def looks_like_per_run_id(recorded: str, replayed: str) -> str | None:
+    """The kind of per-run identifier two strings differ by, or ``None``.
+
+    Returns ``"a UUID"``, ``"a timestamp"`` or ``"a long hex id"`` when the strings
+    are different but become equal once every span of that kind is masked.
+
+    >>> looks_like_per_run_id("run 2026-11-30", "run 2026-12-01")
+    'a timestamp'
+    """
+    if recorded == replayed:
+        return None
+    for kind, pattern, _ in _KINDS:
+        if _mask(recorded, pattern) == _mask(replayed, pattern):
+            return kind
+    return None
+
+
+def suggest_rule(path: str, kind: str) -> str:
+    """A YAML ``volatile:`` snippet that would cover a per-run identifier of ``kind`` at ``path``.
+
+    ``path`` is a dotted body path (list indices as digits); the suggestion keeps
+    it as is, since the reviewer knows whether other elements share the field.
+    """
+    pattern = _KIND_PATTERNS.get(kind)
+    names = [s for s in path.split(".") if s and not _is_index(s) and s != "*"]
+    # Rule names are lowercase letters, digits, _ and - (the spec loader's rule).
+    name = re.sub(r"[^a-z0-9_-]+", "_", names[-1].lower()).strip("_") if names else ""
+    name = name or "per_run_id"
+    lines = ["volatile:", f"  - name: {name}", f"    path: {path}"]
+    if pattern is not None:
+        lines.append(f"    pattern: '{pattern}'")
+    return "\n".join(lines) + "\n"

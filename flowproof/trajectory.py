@@ -1,0 +1,116 @@
+"""Turns -> threads -> tool calls -> reply: what the agent did, order-independent where it must be.
+
+The reply rule is settled in review (DESIGN.md, "Reply"): turns are grouped into
+threads by system prompt, the thread with the most turns is the conversation the
+flow is about, a tie goes to the thread carrying the most request text. A side
+conversation (a concurrent title-generation call with its own system prompt)
+can therefore land before or after the main turns without changing the reply.
+
+Pure: no I/O, no provider branching; it reads only `flowproof.model` values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from flowproof.model import FinishReason, ToolCall, Turn
+
+__all__ = ["Thread", "Trajectory", "build_trajectory"]
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """The turns that share one system prompt, in turn-index order.
+
+    ``text_size`` is the sum of the turns' request text sizes (the reply rule's tie-break).
+    """
+
+    system: str
+    turns: tuple[Turn, ...]
+    text_size: int
+
+    @property
+    def first_index(self) -> int:
+        """The index of the thread's earliest turn (the last, deterministic tie-break)."""
+        return self.turns[0].index
+
+
+@dataclass(frozen=True, slots=True)
+class Trajectory:
+    """Everything the assertions read about one run.
+
+    ``tool_calls`` lists every tool call of every turn's response in turn-index
+    order (all threads: an assertion on tool calls covers the whole process).
+    ``reply`` is the final assistant text of the main thread, or ``None`` when the
+    agent has not replied; ``reply_absent_reason`` then says why, in words that
+    fit after "the agent has not replied (...)".
+    """
+
+    turns: tuple[Turn, ...]
+    threads: tuple[Thread, ...]
+    main: Thread | None
+    tool_calls: tuple[ToolCall, ...]
+    reply: str | None
+    reply_absent_reason: str | None = None
+
+    @property
+    def reply_absent(self) -> bool:
+        """True when the agent has not replied (absent, which is not the empty text)."""
+        return self.reply is None
+
+
+def build_trajectory(turns: Sequence[Turn]) -> Trajectory:
+    """Build the trajectory of a run from its turns (in any order; they are sorted by index).
+
+    >>> build_trajectory([]).reply is None
+    True
+    """
+    ordered = tuple(sorted(turns, key=lambda t: t.index))
+    threads = _group_threads(ordered)
+    main = _pick_main(threads)
+    tool_calls = tuple(
+        call for turn in ordered if turn.response is not None for call in turn.response.tool_calls
+    )
+    reply, reason = _reply_of(main)
+    return Trajectory(
+        turns=ordered,
+        threads=threads,
+        main=main,
+        tool_calls=tool_calls,
+        reply=reply,
+        reply_absent_reason=reason,
+    )
+
+
+def _group_threads(ordered: tuple[Turn, ...]) -> tuple[Thread, ...]:
+    groups: dict[str, list[Turn]] = {}
+    for turn in ordered:
+        groups.setdefault(turn.request.system, []).append(turn)
+    # dicts keep insertion order and `ordered` is sorted, so threads come out by first turn index.
+    return tuple(
+        Thread(system=system, turns=tuple(ts), text_size=sum(t.request.text_size for t in ts))
+        for system, ts in groups.items()
+    )
+
+
+def _pick_main(threads: tuple[Thread, ...]) -> Thread | None:
+    if not threads:
+        return None
+    # Most turns, then most request text, then the earliest first turn: order-independent.
+    return min(threads, key=lambda th: (-len(th.turns), -th.text_size, th.first_index))
+
+
+def _reply_of(main: Thread | None) -> tuple[str | None, str | None]:
+    if main is None:
+        return None, "no model call was made"
+    last = main.turns[-1]
+    response = last.response
+    if response is None:
+        return None, f"its last model call, turn {last.index}, got no response"
+    if response.tool_calls:
+        names = ", ".join(dict.fromkeys(c.name for c in response.tool_calls))
+        return None, f"its last turn ended in a tool call to {names}"
+    if response.finish_reason is FinishReason.TOOL_CALLS:
+        return None, "its last turn ended in a tool call"
+    return response.text, None

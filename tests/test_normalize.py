@@ -1,0 +1,375 @@
+"""Tests for flowproof.normalize: identity, volatile rules, presets, portable paths, ids."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flowproof.normalize import (
+    PRESETS,
+    Normalizer,
+    looks_like_per_run_id,
+    placeholder,
+    suggest_rule,
+)
+from flowproof.spec import volatile_refusal
+from flowproof.spec.types import Location, VolatileRule
+
+LOC = Location("flow.yaml", 3, 5)
+HOME = "/home/casey"
+CWD = "/home/casey/src/booking"
+
+
+def rule(name: str, path: str, pattern: str | None = None) -> VolatileRule:
+    return VolatileRule(
+        name, path, tuple(path.split(".")), re.compile(pattern) if pattern else None, LOC
+    )
+
+
+def dumps(obj: object) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def claude_body(user_id: str, cch: str, date: str, version: str = "2.1.197.a3f") -> bytes:
+    return dumps(
+        {
+            "model": "claude-opus-4-8",
+            "metadata": {"user_id": user_id},
+            "system": [
+                {
+                    "type": "text",
+                    "text": f"x-anthropic-billing-header: cc_version={version};"
+                    f" cc_entrypoint=sdk-cli; cch={cch};",
+                },
+                {"type": "text", "text": "You are a Claude agent."},
+            ],
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "text",
+                            "text": f"<system-reminder># currentDate\nToday's date is {date}.\n"
+                            "</system-reminder>",
+                        },
+                        {"type": "text", "text": "Run echo via Bash please."},
+                    ],
+                }
+            ],
+        }
+    )
+
+
+class TestIdentity:
+    def test_no_rules_returns_same_bytes(self) -> None:
+        """With nothing declared apply returns the very same bytes object."""
+        body = b'{ "b": 1,  "a": "x" }'
+        norm = Normalizer()
+        assert norm.is_identity
+        assert norm.apply(body) is body
+
+    def test_no_rules_does_not_parse(self) -> None:
+        """With nothing declared even invalid JSON passes through untouched."""
+        body = b"\xff not json"
+        assert Normalizer().apply(body) is body
+
+    def test_rules_without_match_return_same_bytes(self) -> None:
+        """Rules that match nothing keep the exact input bytes (no re-serialization)."""
+        body = b'{"model": "gpt-4o",   "messages": []}'
+        norm = Normalizer(PRESETS["claude-code"] + PRESETS["codex"])
+        assert not norm.is_identity
+        assert norm.apply(body) is body
+
+    def test_paths_absent_from_body_skip_parsing(self) -> None:
+        """With only cwd/home declared a body that does not mention them is not parsed."""
+        body = b"\xff binary, not json"
+        assert Normalizer(cwd=CWD, home=HOME).apply(body) is body
+
+    def test_non_json_body_unchanged(self) -> None:
+        """A body that is not JSON is returned unchanged even with rules."""
+        body = b"data: hello /home/casey"
+        assert Normalizer([rule("x", "a")], cwd=CWD, home=HOME).apply(body) is body
+
+    @given(st.binary(max_size=200))
+    def test_identity_on_any_bytes(self, body: bytes) -> None:
+        """The empty normalizer is the identity on arbitrary bytes."""
+        assert Normalizer().apply(body) == body
+
+
+class TestRules:
+    def test_whole_value_replaced(self) -> None:
+        """A rule without a pattern replaces the whole value at its path."""
+        out = Normalizer([rule("session", "meta.id")]).apply(dumps({"meta": {"id": 42}, "a": 1}))
+        assert out == '{"meta":{"id":"«volatile:session»"},"a":1}'.encode()
+
+    def test_pattern_replaces_only_the_span(self) -> None:
+        """A rule with a pattern replaces each match inside the string."""
+        norm = Normalizer([rule("hash", "s", r"(?<=h=)[0-9a-f]+")])
+        assert json.loads(norm.apply(dumps({"s": "h=ab12; x h=ff00;"}))) == {
+            "s": "h=«volatile:hash»; x h=«volatile:hash»;"
+        }
+
+    def test_pattern_on_non_string_is_ignored(self) -> None:
+        """A pattern rule whose path holds a non-string changes nothing."""
+        body = dumps({"s": [1, 2]})
+        assert Normalizer([rule("x", "s", "1")]).apply(body) is body
+
+    def test_star_covers_list_elements_and_mapping_values(self) -> None:
+        """A * segment visits every list element and every mapping value."""
+        body = dumps(
+            {"input": [{"id": "a"}, {"id": "b"}, {"x": 1}], "m": {"p": {"id": 1}, "q": {"id": 2}}}
+        )
+        out = json.loads(Normalizer([rule("item", "input.*.id"), rule("m", "m.*.id")]).apply(body))
+        assert out["input"] == [{"id": "«volatile:item»"}, {"id": "«volatile:item»"}, {"x": 1}]
+        assert out["m"] == {"p": {"id": "«volatile:m»"}, "q": {"id": "«volatile:m»"}}
+
+    def test_digit_segment_indexes_list_or_keys_mapping(self) -> None:
+        """A digit segment indexes a list, is a key in a mapping, and out of range is no match."""
+        body = dumps({"l": ["a", "b"], "d": {"1": "c"}})
+        out = json.loads(
+            Normalizer([rule("v", "l.1"), rule("w", "d.1"), rule("z", "l.9")]).apply(body)
+        )
+        assert out == {"l": ["a", "«volatile:v»"], "d": {"1": "«volatile:w»"}}
+
+    def test_output_is_deterministic_compact_utf8(self) -> None:
+        """The normalized body is compact JSON with non-ASCII kept as UTF-8."""
+        out = Normalizer([rule("k", "k")]).apply('{"k": 1, "t": "café"}'.encode())
+        assert out == '{"k":"«volatile:k»","t":"café"}'.encode()
+
+    def test_idempotent(self) -> None:
+        """Applying a normalizer twice gives the same bytes as once."""
+        norm = Normalizer(PRESETS["claude-code"], cwd=CWD, home=HOME)
+        once = norm.apply(claude_body("u1", "1a2b3", "2026-11-30"))
+        assert norm.apply(once) == once
+
+    def test_placeholder(self) -> None:
+        """Placeholders are «volatile:<name>»."""
+        assert placeholder("session_id") == "«volatile:session_id»"
+
+
+class TestPresets:
+    def test_preset_names(self) -> None:
+        """The presets for the agents flowproof knows exist and carry preset locations."""
+        assert {"claude-code", "codex", "openai-agents"} <= set(PRESETS)
+        for name, rules in PRESETS.items():
+            assert rules
+            assert all(r.location == Location(f"<preset {name}>", 0, 0) for r in rules)
+            assert all(re.fullmatch(r"[a-z0-9_-]+", r.name) for r in rules), name
+
+    def test_claude_code_runs_hash_equal(self) -> None:
+        """Claude Code runs differing in session, cch, version suffix and date normalize equal."""
+        norm = Normalizer(PRESETS["claude-code"])
+        a = claude_body('{"device_id":"aa","session_id":"1"}', "1a2b3", "2026-11-30", "2.1.197.a3f")
+        b = claude_body('{"device_id":"bb","session_id":"2"}', "9f8e7", "2026-12-01", "2.1.197.0c1")
+        assert a != b
+        assert norm.apply(a) == norm.apply(b)
+        text = norm.apply(a).decode()
+        assert "cch=«volatile:cch»;" in text
+        assert "cc_version=«volatile:cc_version»;" in text
+        assert "Today's date is «volatile:current_date»." in text
+
+    def test_claude_code_prompt_edit_still_differs(self) -> None:
+        """An edited prompt still changes the normalized body under the preset."""
+        norm = Normalizer(PRESETS["claude-code"])
+        a = claude_body("u", "1a2b3", "2026-11-30")
+        b = a.replace(b"Run echo via Bash please.", b"Run rm via Bash please.")
+        assert norm.apply(a) != norm.apply(b)
+
+    def test_claude_code_string_content_date(self) -> None:
+        """The date rule also covers messages whose content is a plain string."""
+        norm = Normalizer(PRESETS["claude-code"])
+        body = dumps({"messages": [{"role": "user", "content": "Today's date is 2026-11-30. Hi"}]})
+        assert b"Today's date is \xc2\xabvolatile:current_date\xc2\xbb. Hi" in norm.apply(body)
+
+    def test_codex_runs_hash_equal(self) -> None:
+        """Codex runs differing in cache key, metadata, item/chunk ids and date normalize equal."""
+
+        def body(sid: str, item: str, chunk: str, date: str, wall: str) -> bytes:
+            return dumps(
+                {
+                    "model": "gpt-6.2-sol",
+                    "prompt_cache_key": sid,
+                    "client_metadata": {"session_id": sid, "turn_id": item},
+                    "input": [
+                        {
+                            "type": "message",
+                            "role": "user",
+                            "id": f"msg_{item}",
+                            "content": [
+                                {
+                                    "type": "input_text",
+                                    "text": f"<environment_context><current_date>{date}"
+                                    "</current_date></environment_context>",
+                                }
+                            ],
+                            "internal_chat_message_metadata_passthrough": {
+                                "create_time": 1764460800.5 if sid == "s1" else 1764460900.1,
+                                "turn_id": item,
+                            },
+                        },
+                        {
+                            "type": "function_call_output",
+                            "id": f"fco_{item}",
+                            "call_id": "call_1",
+                            "output": f"Chunk ID: {chunk}\nWall time: {wall} seconds\n"
+                            "flowproof-tool-ran",
+                        },
+                    ],
+                }
+            )
+
+        norm = Normalizer(PRESETS["codex"])
+        a = body("s1", "0190aaaa", "a1b2c3", "2026-11-30", "0.0123")
+        b = body("s2", "0190bbbb", "ffee01", "2026-12-01", "0.0456")
+        assert norm.apply(a) == norm.apply(b)
+        assert b"flowproof-tool-ran" in norm.apply(a)
+
+    def test_openai_agents_keeps_prefix(self) -> None:
+        """The openai-agents rule hides the run id but keeps the agents-sdk prefix."""
+        norm = Normalizer(PRESETS["openai-agents"])
+        out = norm.apply(dumps({"prompt_cache_key": "agents-sdk:run:" + "ab12" * 8}))
+        assert json.loads(out) == {"prompt_cache_key": "agents-sdk:run:«volatile:run_id»"}
+
+
+class TestPortablePaths:
+    def test_cwd_and_home_become_placeholders(self) -> None:
+        """cwd wins over home (longest first) and other home paths become «home»."""
+        norm = Normalizer(cwd=CWD, home=HOME)
+        body = dumps({"s": f"cwd {CWD}/app.py, memory {HOME}/.claude/x, other /home/caseyx"})
+        assert json.loads(norm.apply(body)) == {
+            "s": "cwd «cwd»/app.py, memory «home»/.claude/x, other /home/caseyx"
+        }
+
+    def test_path_prefix_of_longer_name_is_kept(self) -> None:
+        """A sibling directory that merely starts with cwd is not replaced."""
+        norm = Normalizer(cwd=CWD)
+        body = dumps({"s": f"{CWD}2/x and {CWD}-old and {CWD}."})
+        assert json.loads(norm.apply(body)) == {"s": f"{CWD}2/x and {CWD}-old and «cwd»."}
+
+    def test_keys_are_rewritten_too(self) -> None:
+        """Paths used as mapping keys become placeholders, keeping key order."""
+        norm = Normalizer(cwd=CWD)
+        body = dumps({"z": 1, CWD: {"a": CWD}, "b": 2})
+        assert norm.apply(body) == '{"z":1,"«cwd»":{"a":"«cwd»"},"b":2}'.encode()
+
+    def test_restore_round_trips(self) -> None:
+        """restore puts the run's paths back and portable takes them out again."""
+        norm = Normalizer(cwd=CWD, home=HOME)
+        recorded = 'data: {"text":"see «cwd»/a.py and «home»/notes"}\n\n'.encode()
+        restored = norm.restore(recorded)
+        assert restored == f'data: {{"text":"see {CWD}/a.py and {HOME}/notes"}}\n\n'.encode()
+        assert norm.portable(restored) == recorded
+
+    def test_restore_escapes_for_json(self) -> None:
+        """A path with a backslash is restored in its JSON-escaped form."""
+        norm = Normalizer(cwd="C:\\Users\\casey\\proj")
+        restored = norm.restore('{"p":"«cwd»\\\\x"}'.encode())
+        assert json.loads(restored) == {"p": "C:\\Users\\casey\\proj\\x"}
+
+    def test_root_paths_are_ignored(self) -> None:
+        """A cwd of / or an empty HOME would replace every slash, so it is ignored."""
+        assert Normalizer(cwd="/", home="").is_identity
+
+    def test_escaped_slashes_are_found(self) -> None:
+        """A body that escapes slashes (\\/) is still normalized."""
+        norm = Normalizer(cwd=CWD)
+        body = b'{"p":"' + CWD.replace("/", "\\/").encode() + b'"}'
+        assert json.loads(norm.apply(body)) == {"p": "«cwd»"}
+
+
+class TestRefusal:
+    def test_presets_pass_the_spec_refusal_rule(self) -> None:
+        """Every preset rule is one the spec loader would accept."""
+        for rules in PRESETS.values():
+            for r in rules:
+                assert volatile_refusal(r.segments, r.pattern is not None) is None, r.path
+
+    def test_empty_matching_pattern_adds_no_holes(self) -> None:
+        """A pattern that can match the empty string only replaces non-empty spans."""
+        norm = Normalizer([rule("n", "s", "[0-9]*")])
+        assert json.loads(norm.apply(dumps({"s": "ab12c"}))) == {"s": "ab«volatile:n»c"}
+
+
+class TestPerRunIds:
+    @pytest.mark.parametrize(
+        ("recorded", "replayed", "kind"),
+        [
+            pytest.param(
+                "session 3f2b8c1e-1d2a-4b7c-9e0f-123456789abc end",
+                "session 9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d end",
+                "a UUID",
+                id="uuid",
+            ),
+            pytest.param(
+                "msg_0190aaaa-bbbb-7ccc-8ddd-eeeeffff0000",
+                "msg_0190aaaa-bbbb-7ccc-8ddd-eeeeffff0001",
+                "a UUID",
+                id="prefixed-uuid",
+            ),
+            pytest.param("cch=1a2b3;", "cch=9f8e7;", "a long hex id", id="hex"),
+            pytest.param(
+                "agents-sdk:run:" + "ab12" * 8,
+                "agents-sdk:run:" + "cd34" * 8,
+                "a long hex id",
+                id="uuid-hex",
+            ),
+            pytest.param(
+                "Today's date is 2026-11-30.",
+                "Today's date is 2026-12-01.",
+                "a timestamp",
+                id="date",
+            ),
+            pytest.param(
+                "at 2026-11-30T10:00:00Z", "at 2026-11-30T11:02:03.5+01:00", "a timestamp", id="iso"
+            ),
+            pytest.param('{"t":1764460800123}', '{"t":1764460999000}', "a timestamp", id="unix-ms"),
+        ],
+    )
+    def test_detects_kind(self, recorded: str, replayed: str, kind: str) -> None:
+        """Strings that differ only in one kind of per-run id are recognised."""
+        assert looks_like_per_run_id(recorded, replayed) == kind
+
+    @pytest.mark.parametrize(
+        ("recorded", "replayed"),
+        [
+            pytest.param("same", "same", id="equal"),
+            pytest.param("Book a flight", "Book a hotel", id="prose"),
+            pytest.param("id 1a2b3 to Nairobi", "id 9f8e7 to Mombasa", id="id-plus-prose"),
+            pytest.param("a facade", "a decade", id="hex-looking-words"),
+        ],
+    )
+    def test_real_edits_are_not_ids(self, recorded: str, replayed: str) -> None:
+        """A real edit, or no difference, is not reported as a per-run id."""
+        assert looks_like_per_run_id(recorded, replayed) is None
+
+    def test_suggest_rule(self) -> None:
+        """The suggested rule names the field, keeps the path and gives the kind's pattern."""
+        assert suggest_rule("metadata.session_id", "a UUID") == (
+            "volatile:\n"
+            "  - name: session_id\n"
+            "    path: metadata.session_id\n"
+            "    pattern: '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}"
+            "-[0-9a-fA-F]{12}'\n"
+        )
+
+    def test_suggested_pattern_covers_the_difference(self) -> None:
+        """Applying the suggested pattern as a rule makes the two bodies normalize equal."""
+        cases = {
+            "a UUID": (
+                "x 3f2b8c1e-1d2a-4b7c-9e0f-123456789abc",
+                "x 9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+            ),
+            "a long hex id": ("cch=1a2b3;", "cch=9f8e7;"),
+            "a timestamp": ("on 2026-11-30T10:00:00Z", "on 2026-12-01T11:02:03Z"),
+        }
+        for kind, (old, new) in cases.items():
+            assert looks_like_per_run_id(old, new) == kind
+            a = dumps({"messages": [{"content": old}]})
+            b = dumps({"messages": [{"content": new}]})
+            pattern = suggest_rule("messages.0.content", kind).split("pattern: '")[1].split("'")[0]
+            norm = Normalizer([rule("id", "messages.0.content", pattern)])
+            assert norm.apply(a) == norm.apply(b), kind

@@ -1,0 +1,158 @@
+"""Tests for flowproof.trajectory: threads, the main thread, tool calls and the reply rule."""
+
+from __future__ import annotations
+
+from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, Turn
+from flowproof.trajectory import build_trajectory
+
+MAIN_SYSTEM = "You are a booking assistant. Use the tools."
+TITLE_SYSTEM = "Generate a concise, sentence-case title (3-7 words)."
+
+
+def request(system: str, text_size: int = 100) -> RequestView:
+    return RequestView(
+        provider="openai-chat",
+        model="gpt-4o",
+        system=system,
+        tools=(),
+        roles=("system", "user"),
+        tool_results=(),
+        stream=False,
+        text_size=text_size,
+    )
+
+
+def reply_turn(index: int, system: str, text: str, text_size: int = 100) -> Turn:
+    return Turn(index, request(system, text_size), ResponseView(text, (), FinishReason.STOP))
+
+
+def tool_turn(index: int, system: str, *calls: ToolCall) -> Turn:
+    return Turn(index, request(system), ResponseView("", calls, FinishReason.TOOL_CALLS))
+
+
+class TestThreads:
+    def test_groups_turns_by_system_prompt(self) -> None:
+        """Turns sharing a system prompt form one thread, in index order."""
+        traj = build_trajectory(
+            [
+                reply_turn(2, MAIN_SYSTEM, "done"),
+                reply_turn(1, TITLE_SYSTEM, "Flight booking"),
+                tool_turn(0, MAIN_SYSTEM, ToolCall("search", "{}")),
+            ]
+        )
+        assert [t.index for t in traj.turns] == [0, 1, 2]
+        assert [th.system for th in traj.threads] == [MAIN_SYSTEM, TITLE_SYSTEM]
+        assert [t.index for t in traj.threads[0].turns] == [0, 2]
+        assert traj.threads[0].text_size == 200
+
+    def test_main_is_the_thread_with_most_turns(self) -> None:
+        """The thread with the most turns is the main thread even when it is smaller."""
+        traj = build_trajectory(
+            [
+                reply_turn(0, TITLE_SYSTEM, "Big title", text_size=10_000),
+                tool_turn(1, MAIN_SYSTEM, ToolCall("search", "{}")),
+                reply_turn(2, MAIN_SYSTEM, "booked"),
+            ]
+        )
+        assert traj.main is not None and traj.main.system == MAIN_SYSTEM
+        assert traj.reply == "booked"
+
+    def test_tie_goes_to_most_request_text(self) -> None:
+        """Between threads with equally many turns, the one carrying more request text wins."""
+        traj = build_trajectory(
+            [
+                reply_turn(0, MAIN_SYSTEM, "booked", text_size=5000),
+                reply_turn(1, TITLE_SYSTEM, "Flight booking", text_size=80),
+            ]
+        )
+        assert traj.reply == "booked"
+
+    def test_full_tie_goes_to_earliest_thread(self) -> None:
+        """With equal turns and equal text the thread whose first turn is earliest wins."""
+        traj = build_trajectory([reply_turn(1, "second", "b", 50), reply_turn(0, "first", "a", 50)])
+        assert traj.reply == "a"
+
+
+class TestSideConversation:
+    def test_title_call_in_either_order_gives_same_reply(self) -> None:
+        """A concurrent title call landing before or after the main turns leaves the reply alone."""
+        call = ToolCall("search_flights", '{"destination":"NBO"}')
+        for title_index, main_indices in ((0, (1, 2)), (1, (0, 2)), (2, (0, 1))):
+            turns = [
+                reply_turn(title_index, TITLE_SYSTEM, "Booking a flight", text_size=60),
+                tool_turn(main_indices[0], MAIN_SYSTEM, call),
+                reply_turn(main_indices[1], MAIN_SYSTEM, "You are booked on KQ311.", 4000),
+            ]
+            traj = build_trajectory(turns)
+            assert traj.reply == "You are booked on KQ311.", title_index
+
+    def test_single_turn_tie_with_title_call(self) -> None:
+        """A one-turn task ties with a one-turn title call and wins on request text."""
+        for order in ((0, 1), (1, 0)):
+            traj = build_trajectory(
+                [
+                    reply_turn(order[0], MAIN_SYSTEM, "Hello there", text_size=3000),
+                    reply_turn(order[1], TITLE_SYSTEM, "Greeting", text_size=70),
+                ]
+            )
+            assert traj.reply == "Hello there"
+
+    def test_tool_calls_cover_every_thread_in_index_order(self) -> None:
+        """tool_calls lists every call of every turn, ordered by turn index."""
+        a, b, c = ToolCall("a", "{}"), ToolCall("b", "{}"), ToolCall("c", "{}")
+        traj = build_trajectory(
+            [tool_turn(2, MAIN_SYSTEM, c), tool_turn(0, MAIN_SYSTEM, a, b), tool_turn(1, "x", c)]
+        )
+        assert [t.name for t in traj.tool_calls] == ["a", "b", "c", "c"]
+
+
+class TestReply:
+    def test_last_turn_tool_call_means_absent(self) -> None:
+        """A main thread ending in a tool call has no reply, and the reason names the tool."""
+        traj = build_trajectory(
+            [
+                reply_turn(0, MAIN_SYSTEM, "let me look"),
+                tool_turn(1, MAIN_SYSTEM, ToolCall("create_booking", "{}")),
+            ]
+        )
+        assert traj.reply is None
+        assert traj.reply_absent
+        assert traj.reply_absent_reason == "its last turn ended in a tool call to create_booking"
+
+    def test_tool_call_with_text_is_still_absent(self) -> None:
+        """Text next to a tool call in the last turn is not a reply."""
+        turn = Turn(
+            0,
+            request(MAIN_SYSTEM),
+            ResponseView("Searching now", (ToolCall("search", "{}"),), FinishReason.TOOL_CALLS),
+        )
+        assert build_trajectory([turn]).reply is None
+
+    def test_finish_reason_tool_calls_without_calls_is_absent(self) -> None:
+        """A tool-calls finish reason with no parsed call still reads as absent."""
+        turn = Turn(0, request(MAIN_SYSTEM), ResponseView("", (), FinishReason.TOOL_CALLS))
+        traj = build_trajectory([turn])
+        assert traj.reply is None
+        assert traj.reply_absent_reason == "its last turn ended in a tool call"
+
+    def test_failed_call_is_absent(self) -> None:
+        """A last turn with no response (a failed call) has no reply."""
+        traj = build_trajectory(
+            [reply_turn(0, MAIN_SYSTEM, "hi"), Turn(1, request(MAIN_SYSTEM), None)]
+        )
+        assert traj.reply is None
+        assert traj.reply_absent_reason is not None and "no response" in traj.reply_absent_reason
+
+    def test_empty_text_is_a_present_reply(self) -> None:
+        """An empty final message is a reply of "" and not absent."""
+        traj = build_trajectory([reply_turn(0, MAIN_SYSTEM, "")])
+        assert traj.reply == ""
+        assert not traj.reply_absent
+        assert traj.reply_absent_reason is None
+
+    def test_no_turns_is_absent(self) -> None:
+        """A run with no model calls has no main thread and no reply."""
+        traj = build_trajectory([])
+        assert traj.main is None and traj.reply is None
+        assert traj.reply_absent_reason == "no model call was made"
+        assert traj.tool_calls == ()
