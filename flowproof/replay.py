@@ -1,0 +1,202 @@
+"""The strict matcher: a replayed request must match a recorded turn byte for byte.
+
+Rules (DESIGN.md, "Settled behaviour"):
+
+- The key is the sha256 of the request body after tool-result substitution and
+  normalization; headers are not matched.
+- Every recorded turn is served exactly once. Among unconsumed turns with the
+  same body the earliest wins, so concurrent calls may arrive in any order and a
+  sequential agent still maps turn K to turn K.
+- The first request that matches nothing fails the replay; every later request
+  is refused without being matched (fail fast: no searching past a divergence).
+
+Pure and O(1) per request: a dict from hash to a deque of turn positions.
+
+>>> from flowproof.cassette import Cassette
+>>> Replayer(Cassette(())).decide("openai-chat", "00" * 32, {}).divergence.kind
+'extra'
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from flowproof.cassette import Cassette, RecordedTurn
+from flowproof.divergence import Divergence, explain_miss
+from flowproof.model import RequestView
+
+__all__ = ["Miss", "Replay", "Replayer", "ViewOf", "route_mismatch"]
+
+#: Builds the request view of a parsed body for a provider, or None when it cannot.
+ViewOf = Callable[[str, Any], RequestView | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """The request matched: serve ``turn``'s recorded response."""
+
+    turn: RecordedTurn
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """The request matched nothing: the run has failed, ``divergence`` says why."""
+
+    divergence: Divergence
+
+
+def codec_view(provider: str, body: Any) -> RequestView | None:
+    """The request view of a parsed body through the wire codec, or None if there is none.
+
+    Used only to explain a miss, so a missing codec or an unexpected body shape
+    degrades the report (no envelope) instead of failing it.
+    """
+    try:
+        from flowproof.wire import codec_by_name
+
+        codec = codec_by_name(provider)
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return codec.parse_request(data)
+    except Exception:  # noqa: BLE001 — see docstring
+        return None
+
+
+class Replayer:
+    """Serves recorded turns to replayed requests; thread-safe (the addon calls it per connection).
+
+    ``view_of`` builds request views for the divergence report (default: the wire codecs).
+    """
+
+    def __init__(self, cassette: Cassette, view_of: ViewOf | None = codec_view) -> None:
+        self.cassette = cassette
+        self._view_of = view_of
+        self._lock = threading.Lock()
+        #: body sha256 -> positions in ``cassette.turns`` not yet served, in recorded order.
+        self.index: dict[str, deque[int]] = {}
+        # Every position per hash, kept to explain an extra call after all are served.
+        self._all: dict[str, list[int]] = {}
+        for pos, turn in enumerate(cassette.turns):
+            key = turn.request.body_sha256
+            self.index.setdefault(key, deque()).append(pos)
+            self._all.setdefault(key, []).append(pos)
+        self._consumed: set[int] = set()
+        self._requests = 0
+        self._failed_at: int | None = None
+
+    @property
+    def served(self) -> int:
+        """How many recorded turns have been served."""
+        with self._lock:
+            return len(self._consumed)
+
+    @property
+    def failed(self) -> bool:
+        """True once a request has matched nothing: the replay has diverged."""
+        with self._lock:
+            return self._failed_at is not None
+
+    @property
+    def failed_at(self) -> int | None:
+        """The 1-based number of the first request that matched nothing, if any."""
+        with self._lock:
+            return self._failed_at
+
+    def decide(self, provider: str, body_sha256: str, body: Any) -> Replay | Miss:
+        """Match one request: the earliest unconsumed turn with this body hash, or a `Miss`.
+
+        ``body`` (the parsed normalized body) is only read to explain a miss.
+        """
+        with self._lock:
+            self._requests += 1
+            number = self._requests
+            if self._failed_at is not None:
+                return Miss(
+                    Divergence(
+                        kind="after-failure",
+                        request_number=number,
+                        closest_index=None,
+                        note=f"the replay already diverged at request {self._failed_at}",
+                    )
+                )
+            queue = self.index.get(body_sha256)
+            if queue:
+                pos = queue.popleft()
+                self._consumed.add(pos)
+                return Replay(self.cassette.turns[pos])
+            self._failed_at = number
+            if queue is not None:
+                last = self.cassette.turns[self._all[body_sha256][-1]]
+                return Miss(
+                    Divergence(
+                        kind="extra",
+                        request_number=number,
+                        closest_index=last.index,
+                        note=(
+                            f"matches turn {last.index}, which was already served: "
+                            "the agent made this call one more time than recorded"
+                        ),
+                    )
+                )
+            consumed = frozenset(self._consumed)
+        # The explanation (views, deepdiff) runs outside the lock: the replay has
+        # already failed, and other connections only need the cheap refusal above.
+        return Miss(self._explain(provider, body, consumed, number))
+
+    def _explain(
+        self, provider: str, body: Any, consumed: frozenset[int], number: int
+    ) -> Divergence:
+        view_of = self._view_of
+        view = view_of(provider, body) if view_of is not None else None
+
+        def views(turn: RecordedTurn) -> RequestView | None:
+            return view_of(turn.provider, turn.request.body) if view_of is not None else None
+
+        return explain_miss(body, view, self.cassette, consumed, views, request_number=number)
+
+    def unconsumed(self) -> list[RecordedTurn]:
+        """The recorded turns never served, in recorded order."""
+        with self._lock:
+            consumed = set(self._consumed)
+        return [t for pos, t in enumerate(self.cassette.turns) if pos not in consumed]
+
+    def missing_divergence(self) -> Divergence | None:
+        """The unserved turns as a "missing" divergence (calls the agent never made), or None."""
+        left = self.unconsumed()
+        if not left:
+            return None
+        indices = ", ".join(str(t.index) for t in left)
+        if len(left) == 1:
+            note = f"1 recorded turn was never requested: turn {indices}"
+        else:
+            note = f"{len(left)} recorded turns were never requested: turns {indices}"
+        note += " (the agent made fewer calls than recorded)"
+        return Divergence(
+            kind="missing", request_number=None, closest_index=left[0].index, note=note
+        )
+
+
+_ROUTE_WORDS = {
+    "proxy": "the proxy route (HTTPS_PROXY)",
+    "base_url": "the base-URL route (OPENAI_BASE_URL and friends)",
+}
+
+
+def route_mismatch(cassette_route: str, route: str) -> str | None:
+    """A message when a cassette recorded on one route is replayed on the other, else None.
+
+    Some agents send different requests per route, so replay refuses the mismatch.
+    """
+    if cassette_route == route:
+        return None
+    rec = _ROUTE_WORDS.get(cassette_route, repr(cassette_route))
+    now = _ROUTE_WORDS.get(route, repr(route))
+    return (
+        f"the cassette was recorded through {rec} but this run uses {now}; "
+        f"agents may send different requests per route, so replay refuses the mismatch — "
+        f"set agent.route: {cassette_route} in the spec, or re-record on the {route} route"
+    )

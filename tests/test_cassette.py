@@ -1,0 +1,411 @@
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from flowproof.cassette import (
+    ALLOWED_HEADERS,
+    CASSETTE_FORMAT,
+    Cassette,
+    RecordedRequest,
+    RecordedResponse,
+    RecordedTurn,
+    body_sha256,
+    dumps_cassette,
+    filter_headers,
+    load_cassette,
+    loads_cassette,
+    redact_url,
+    save_cassette,
+    turn_views,
+)
+from flowproof.errors import CassetteError, CassetteNotFoundError
+from flowproof.model import FinishReason
+from flowproof.wire.sse import SSEEvent, canonical_raw
+
+CHAT_URL = "https://api.openai.com/v1/chat/completions"
+
+
+def chat_body(text: str = "hi") -> dict:
+    return {"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}
+
+
+def make_turn(index: int = 0, response: RecordedResponse | None = None, body: dict | None = None) -> RecordedTurn:
+    body = chat_body() if body is None else body
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    return RecordedTurn(
+        index=index,
+        provider="openai-chat",
+        request=RecordedRequest("POST", CHAT_URL, {"content-type": "application/json"}, body_sha256(raw), body),
+        response=response
+        or RecordedResponse(
+            200,
+            {"content-type": "application/json"},
+            body={
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "model": "gpt-4o",
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": "héllo"}, "finish_reason": "stop"}
+                ],
+            },
+        ),
+    )
+
+
+def sse_response() -> RecordedResponse:
+    events = (
+        SSEEvent(raw=canonical_raw(None, '{"a":1}'), data='{"a":1}'),
+        # Non-canonical framing (no space after the colon, CRLF): raw must be kept.
+        SSEEvent(raw='data:{"b":2}\r\n\r\n', data='{"b":2}'),
+        SSEEvent(raw="event: ping\nid: 7\nretry: 100\ndata: x\n\n", data="x", event="ping", id="7", retry=100),
+        SSEEvent(raw=canonical_raw("message_stop", "line1\nline2"), data="line1\nline2", event="message_stop"),
+    )
+    return RecordedResponse(200, {"content-type": "text/event-stream"}, events=events)
+
+
+class TestRecordedResponse:
+    def test_content_of_events_is_the_exact_stream(self):
+        """content() of an SSE response concatenates every event's raw text."""
+        resp = sse_response()
+        assert resp.is_stream
+        assert resp.content() == "".join(e.raw for e in resp.events or ()).encode()
+
+    def test_content_of_body_is_compact_json(self):
+        """content() of a JSON response is compact JSON with non-ASCII kept as UTF-8."""
+        resp = RecordedResponse(200, {}, body={"a": "é", "b": [1, 2]})
+        assert not resp.is_stream
+        assert resp.content() == '{"a":"é","b":[1,2]}'.encode()
+
+    def test_content_of_text_is_utf8(self):
+        """content() of a text response is its UTF-8 bytes, and an empty response is empty."""
+        assert RecordedResponse(502, {}, text="bad gateway ü").content() == "bad gateway ü".encode()
+        assert RecordedResponse(204, {}).content() == b""
+
+
+class TestSerialization:
+    def test_round_trip_keeps_every_field(self):
+        """A cassette with JSON, SSE and text responses loads back equal to what was dumped."""
+        c = Cassette(
+            (
+                make_turn(0),
+                make_turn(1, sse_response()),
+                make_turn(2, RecordedResponse(500, {"content-type": "text/plain"}, text="oops")),
+            ),
+            route="base_url",
+        )
+        assert loads_cassette(dumps_cassette(c), "c.json") == c
+
+    def test_layout_and_key_order_follow_the_format(self):
+        """The text is two-space indented, ends with a newline and orders keys as documented."""
+        text = dumps_cassette(Cassette((make_turn(0),)))
+        assert text.endswith("}\n")
+        doc = json.loads(text)
+        assert list(doc) == ["format", "generator", "route", "turns"]
+        assert doc["format"] == CASSETTE_FORMAT == 1
+        assert doc["generator"].startswith("flowproof")
+        turn = doc["turns"][0]
+        assert list(turn) == ["index", "provider", "request", "response"]
+        assert list(turn["request"]) == ["method", "url", "headers", "body_sha256", "body"]
+        assert list(turn["response"]) == ["status", "headers", "body"]
+        assert text.splitlines()[1] == '  "format": 1,'
+        assert "héllo" in text
+
+    def test_raw_is_stored_only_when_not_canonical(self):
+        """An event keeps raw only when event/data re-emission would not give its bytes."""
+        doc = json.loads(dumps_cassette(Cassette((make_turn(0, sse_response()),))))
+        events = doc["turns"][0]["response"]["events"]
+        assert events[0] == {"data": '{"a":1}'}
+        assert events[1] == {"data": '{"b":2}', "raw": 'data:{"b":2}\r\n\r\n'}
+        assert events[2] == {
+            "event": "ping",
+            "id": "7",
+            "retry": 100,
+            "data": "x",
+            "raw": "event: ping\nid: 7\nretry: 100\ndata: x\n\n",
+        }
+        assert events[3] == {"event": "message_stop", "data": "line1\nline2"}
+
+    def test_replayed_stream_bytes_survive_the_round_trip(self):
+        """The bytes replay re-emits after save and load equal the bytes recorded."""
+        original = sse_response()
+        loaded = loads_cassette(dumps_cassette(Cassette((make_turn(0, original),))), "c.json")
+        assert loaded.turns[0].response.content() == original.content()
+
+
+class TestLoadErrors:
+    def test_missing_file_says_how_to_record(self, tmp_path: Path):
+        """A missing cassette raises CassetteNotFoundError naming the record command."""
+        path = tmp_path / "booking.cassette.json"
+        with pytest.raises(CassetteNotFoundError) as info:
+            load_cassette(path, record_command="flowproof-run booking.flow.yaml --record")
+        assert str(info.value) == (
+            f"{path}: no cassette to replay — record one first with: flowproof-run booking.flow.yaml --record"
+        )
+
+    def test_truncated_file_names_line_and_column(self, tmp_path: Path):
+        """A truncated cassette raises CassetteError with the JSON error's line:col and the fix."""
+        path = tmp_path / "c.json"
+        path.write_text(dumps_cassette(Cassette((make_turn(0),)))[:60])
+        with pytest.raises(CassetteError) as info:
+            load_cassette(path)
+        message = str(info.value)
+        assert message.startswith(f"{path}: not valid JSON at line ")
+        assert "re-record it or restore it from version control" in message
+
+    def test_empty_file_is_corrupt(self, tmp_path: Path):
+        """An empty cassette file is reported as invalid JSON at line 1:1."""
+        path = tmp_path / "c.json"
+        path.write_text("")
+        with pytest.raises(CassetteError, match=r"not valid JSON at line 1:1"):
+            load_cassette(path)
+
+    def test_newer_format_says_to_upgrade(self):
+        """A cassette from a newer format asks the user to upgrade flowproof."""
+        with pytest.raises(CassetteError) as info:
+            loads_cassette('{"format": 2, "route": "proxy", "turns": []}', "c.json")
+        assert str(info.value) == (
+            "c.json: cassette format 2 is newer than this flowproof reads (format 1) — "
+            "upgrade flowproof to replay it"
+        )
+
+    @pytest.mark.parametrize(
+        ("mutate", "expected"),
+        [
+            pytest.param(
+                lambda d: d["turns"][1]["request"].pop("body_sha256"),
+                "turn 1 request: field 'body_sha256' is missing",
+                id="missing-sha",
+            ),
+            pytest.param(
+                lambda d: d["turns"][1]["response"].__setitem__("status", "200"),
+                "turn 1 response: field 'status' should be an integer, not a string",
+                id="status-string",
+            ),
+            pytest.param(
+                lambda d: d["turns"][1].pop("provider"),
+                "turn 1: field 'provider' is missing",
+                id="missing-provider",
+            ),
+            pytest.param(
+                lambda d: d["turns"][1]["response"].__setitem__("text", "x"),
+                "turn 1 response: has body and text; a response holds exactly one of them",
+                id="two-bodies",
+            ),
+            pytest.param(
+                lambda d: d["turns"][1]["request"]["headers"].__setitem__("x", 1),
+                "turn 1 request: header 'x' should be a string, not a number",
+                id="header-number",
+            ),
+            pytest.param(
+                lambda d: d.__setitem__("turns", {}),
+                "top level: field 'turns' should be an array, not an object",
+                id="turns-object",
+            ),
+            pytest.param(
+                lambda d: d.__setitem__("route", "tunnel"),
+                "top level: route 'tunnel' is not one of proxy, base_url",
+                id="bad-route",
+            ),
+        ],
+    )
+    def test_bad_field_names_turn_and_field(self, mutate, expected):
+        """A missing or mistyped field raises CassetteError naming the turn and the field."""
+        doc = json.loads(dumps_cassette(Cassette((make_turn(0), make_turn(1)))))
+        mutate(doc)
+        with pytest.raises(CassetteError) as info:
+            loads_cassette(json.dumps(doc), "c.json")
+        assert str(info.value) == f"c.json: {expected} — re-record it or restore it from version control"
+
+    def test_bad_event_names_the_event(self):
+        """An SSE event without data names the turn and the event position."""
+        doc = json.loads(dumps_cassette(Cassette((make_turn(0, sse_response()),))))
+        del doc["turns"][0]["response"]["events"][2]["data"]
+        with pytest.raises(CassetteError, match=r"turn 0 response event 2: field 'data' is missing"):
+            loads_cassette(json.dumps(doc), "c.json")
+
+
+class TestSave:
+    def test_save_then_load_round_trips(self, tmp_path: Path):
+        """save_cassette writes text that load_cassette reads back equal, with no temp file left."""
+        path = tmp_path / "c.json"
+        c = Cassette((make_turn(0), make_turn(1, sse_response())))
+        save_cassette(c, path)
+        assert load_cassette(path) == c
+        assert path.read_text() == dumps_cassette(c)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]
+
+    def test_failed_write_keeps_old_file_and_leaves_no_temp(self, tmp_path: Path, monkeypatch):
+        """When the write fails the old cassette is byte-identical and no temp file remains."""
+        path = tmp_path / "c.json"
+        save_cassette(Cassette((make_turn(0),)), path)
+        before = path.read_bytes()
+
+        def boom(fd, data):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(os, "write", boom)
+        with pytest.raises(CassetteError, match="No space left on device"):
+            save_cassette(Cassette((make_turn(0), make_turn(1))), path)
+        monkeypatch.undo()
+        assert path.read_bytes() == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]
+
+    def test_failed_rename_leaves_no_temp(self, tmp_path: Path, monkeypatch):
+        """When the final rename fails no temp file remains and the old file is unchanged."""
+        path = tmp_path / "c.json"
+        path.write_text("old")
+
+        def boom(src, dst):
+            raise OSError(13, "Permission denied")
+
+        monkeypatch.setattr(os, "replace", boom)
+        with pytest.raises(CassetteError, match="Permission denied"):
+            save_cassette(Cassette((make_turn(0),)), path)
+        monkeypatch.undo()
+        assert path.read_text() == "old"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]
+
+    def test_save_keeps_a_readable_file_mode(self, tmp_path: Path):
+        """A new cassette is not left with the temp file's private 0600 mode."""
+        path = tmp_path / "c.json"
+        save_cassette(Cassette(()), path)
+        assert path.stat().st_mode & 0o777 == 0o644
+
+
+SECRETS = {
+    "authorization": "Bearer sk-SECRET-authorization",
+    "x-api-key": "sk-ant-SECRET-x-api-key",
+    "api-key": "SECRET-azure-api-key",
+    "x-goog-api-key": "SECRET-goog-key",
+    "cookie": "session=SECRET-cookie",
+    "set-cookie": "sid=SECRET-set-cookie",
+    "proxy-authorization": "Basic SECRET-proxy",
+    "statsig-api-key": "SECRET-statsig",
+    "openai-organization": "org-SECRET-org",
+    "openai-project": "proj_SECRET-project",
+    "x-claude-code-session-id": "SECRET-session-id",
+}
+
+
+class TestRedaction:
+    def test_filter_headers_keeps_only_the_allow_list(self):
+        """filter_headers keeps allow-listed headers lowercased and drops every secret."""
+        headers = [("Content-Type", "application/json"), ("Anthropic-Beta", "a"), ("anthropic-beta", "b")]
+        headers += list(SECRETS.items())
+        assert filter_headers(headers) == {"anthropic-beta": "a, b", "content-type": "application/json"}
+
+    def test_filter_headers_accepts_a_mapping(self):
+        """filter_headers accepts a mapping as well as pairs."""
+        assert filter_headers({"OpenAI-Beta": "assistants=v2", "Authorization": "Bearer x"}) == {
+            "openai-beta": "assistants=v2"
+        }
+
+    def test_allow_list_holds_no_secret_header(self):
+        """No header name that carries a secret is on the allow-list."""
+        assert not ALLOWED_HEADERS & set(SECRETS)
+        assert not [h for h in ALLOWED_HEADERS if h.endswith("-key") or "auth" in h or "cookie" in h]
+
+    @pytest.mark.parametrize(
+        ("url", "expected"),
+        [
+            pytest.param(
+                "https://g.example/v1beta/models/m:streamGenerateContent?alt=sse&key=SECRET",
+                "https://g.example/v1beta/models/m:streamGenerateContent?alt=sse",
+                id="gemini-key",
+            ),
+            pytest.param(
+                "https://x.example/p?a=1&API-KEY=s&Token=s&access_token=s&b=2&sig=s&signature=s"
+                "&code=s&client_secret=s&api_key=s&apikey=s&c=3",
+                "https://x.example/p?a=1&b=2&c=3",
+                id="case-insensitive",
+            ),
+            pytest.param("https://x.example/p?beta=true", "https://x.example/p?beta=true", id="kept"),
+            pytest.param("https://user:pw@x.example/p?key=s", "https://x.example/p", id="userinfo"),
+            pytest.param("https://x.example/p?q=a%20b&x_api_key=s", "https://x.example/p?q=a%20b", id="suffix"),
+        ],
+    )
+    def test_redact_url_drops_key_bearing_params(self, url, expected):
+        """redact_url drops credentials and keeps other parameters in order and encoding."""
+        assert redact_url(url) == expected
+
+    def test_no_secret_reaches_the_saved_file(self, tmp_path: Path):
+        """A turn built from a request with every secret header and a ?key= URL saves none of them."""
+        request_headers = {"content-type": "application/json", **SECRETS}
+        url = "https://generativelanguage.googleapis.com/v1beta/models/g:generateContent?key=SECRET-query-key"
+        body = chat_body()
+        turn = RecordedTurn(
+            index=0,
+            provider="gemini",
+            request=RecordedRequest(
+                "POST",
+                redact_url(url),
+                filter_headers(request_headers),
+                body_sha256(json.dumps(body).encode()),
+                body,
+            ),
+            response=RecordedResponse(
+                200,
+                filter_headers({"content-type": "application/json", "set-cookie": SECRETS["set-cookie"]}),
+                body={"ok": True},
+            ),
+        )
+        path = tmp_path / "c.json"
+        save_cassette(Cassette((turn,)), path)
+        text = path.read_text()
+        assert "SECRET" not in text
+        for value in SECRETS.values():
+            assert value not in text
+
+
+class TestBodySha256:
+    def test_is_hex_sha256(self):
+        """body_sha256 returns the hex sha256 of the bytes."""
+        assert body_sha256(b"") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+class TestTurnViews:
+    def test_json_response_view(self):
+        """turn_views parses the stored request body and a JSON response through the codec."""
+        pytest.importorskip("flowproof.wire.openai_chat", reason="the openai-chat codec is not present")
+        body = {
+            "model": "gpt-4o",
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+        }
+        turn = turn_views(make_turn(3, body=body))
+        assert turn.index == 3
+        assert turn.request.model == "gpt-4o"
+        assert turn.request.system == "Be brief."
+        assert turn.request.roles == ("system", "user")
+        assert turn.response is not None
+        assert turn.response.text == "héllo"
+        assert turn.response.finish_reason is FinishReason.STOP
+
+    def test_stream_response_view(self):
+        """turn_views assembles an SSE response through the codec's event parser."""
+        pytest.importorskip("flowproof.wire.openai_chat", reason="the openai-chat codec is not present")
+        chunks = [
+            {"id": "c", "object": "chat.completion.chunk", "model": "gpt-4o",
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": None}]},
+            {"id": "c", "object": "chat.completion.chunk", "model": "gpt-4o",
+             "choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]},
+        ]
+        datas = [json.dumps(c) for c in chunks] + ["[DONE]"]
+        events = tuple(SSEEvent(raw=canonical_raw(None, d), data=d) for d in datas)
+        resp = RecordedResponse(200, {"content-type": "text/event-stream"}, events=events)
+        turn = turn_views(make_turn(0, resp))
+        assert turn.response is not None
+        assert turn.response.text == "Hello"
+        assert turn.response.finish_reason is FinishReason.STOP
+
+    def test_error_status_gives_an_error_view(self):
+        """A recorded response with status >= 400 becomes an ERROR view with the error message."""
+        pytest.importorskip("flowproof.wire.openai_chat", reason="the openai-chat codec is not present")
+        resp = RecordedResponse(429, {}, body={"error": {"message": "Rate limit reached", "type": "requests"}})
+        turn = turn_views(make_turn(0, resp))
+        assert turn.response is not None
+        assert turn.response.finish_reason is FinishReason.ERROR
+        assert turn.response.text == "Rate limit reached"

@@ -1,0 +1,324 @@
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from flowproof.cassette import Cassette, RecordedRequest, RecordedResponse, RecordedTurn
+from flowproof.divergence import (
+    ABSENT,
+    MAX_FIELDS,
+    Divergence,
+    FieldChange,
+    diff_fields,
+    envelope_changes,
+    explain_miss,
+    format_value,
+)
+from flowproof.model import RequestView
+
+SYSTEM = "You are a booking assistant. Always confirm before booking."
+TOOL = {"type": "function", "function": {"name": "search_flights", "parameters": {"type": "object"}}}
+
+
+def body(
+    system: str = SYSTEM,
+    model: str = "gpt-4o",
+    arguments: str = '{"flight":{"id":"KQ311"},"seats":1}',
+    tools: list | None = None,
+) -> dict:
+    return {
+        "model": model,
+        "messages": [
+            {"role": "system", "content": system},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "book", "arguments": arguments}}
+                ],
+            },
+        ],
+        "tools": [TOOL] if tools is None else tools,
+    }
+
+
+def view_of(b: dict) -> RequestView:
+    """A RequestView built by hand, the way the openai-chat codec would (no codec dependency)."""
+    msgs = b["messages"]
+    return RequestView(
+        provider="openai-chat",
+        model=b.get("model"),
+        system="\n".join(m["content"] for m in msgs if m["role"] == "system"),
+        tools=tuple(t["function"]["name"] for t in b.get("tools", [])),
+        roles=tuple(m["role"] for m in msgs),
+        tool_results=(),
+        stream=False,
+        text_size=len(json.dumps(b)),
+    )
+
+
+def rec_turn(index: int, b: dict) -> RecordedTurn:
+    return RecordedTurn(
+        index=index,
+        provider="openai-chat",
+        request=RecordedRequest("POST", "https://api.openai.com/v1/chat/completions", {}, f"{index:064x}", b),
+        response=RecordedResponse(200, {}, body={}),
+    )
+
+
+def views(turn: RecordedTurn) -> RequestView:
+    return view_of(turn.request.body)
+
+
+def explain(recorded: list[dict], replayed: dict, consumed=(), number: int = 3) -> Divergence:
+    cassette = Cassette(tuple(rec_turn(i, b) for i, b in enumerate(recorded)))
+    return explain_miss(replayed, view_of(replayed), cassette, set(consumed), views, request_number=number)
+
+
+CMD = "flowproof-run booking.flow.yaml --record"
+
+
+class TestExplainMissReports:
+    def test_one_word_system_prompt_edit(self):
+        """A one-word system prompt edit names messages.0.content with both values."""
+        edited = body(system=SYSTEM.replace("Always", "Never"))
+        d = explain([body()], edited, number=1)
+        assert d.render(CMD) == "\n".join(
+            [
+                "request 1 matches no recorded turn; closest is turn 0 "
+                "(the earliest unconsumed turn; none shares this request's system prompt)",
+                '- messages.0.content: recorded "You are a booking assistant. Always confirm before booking.", '
+                'replayed "You are a booking assistant. Never confirm before booking."',
+                f"If this change is intended, re-record the cassette: {CMD}",
+            ]
+        )
+
+    def test_changed_tool_argument_is_diffed_inside_the_json(self):
+        """A changed tool-call argument reads as the path inside the arguments with both values."""
+        d = explain([body()], body(arguments='{"flight":{"id":"KQ999"},"seats":1}'))
+        assert d.render(CMD).splitlines() == [
+            "request 3 matches no recorded turn; closest is turn 0 (same conversation)",
+            "- messages.1.tool_calls.0.function.arguments → flight.id: recorded KQ311, replayed KQ999",
+            f"If this change is intended, re-record the cassette: {CMD}",
+        ]
+        assert d.fields == (
+            FieldChange("messages.1.tool_calls.0.function.arguments", "KQ311", "KQ999", inner="flight.id"),
+        )
+
+    def test_added_tool_is_one_envelope_line(self):
+        """An added tool gives the one-line envelope message before any field change."""
+        refund = {"type": "function", "function": {"name": "refund", "parameters": {"type": "object"}}}
+        d = explain([body()], body(tools=[TOOL, refund]))
+        lines = d.render(CMD).splitlines()
+        assert lines[1] == "- you added a tool: refund"
+        assert d.envelope == ("you added a tool: refund",)
+        assert lines[2].startswith("- tools.1: recorded (absent), replayed {")
+
+    def test_removed_tool_and_model_change(self):
+        """A removed tool and a changed model are envelope lines, and the model is not repeated as a field."""
+        d = explain([body()], body(model="gpt-4.1", tools=[]))
+        assert d.envelope == ("model: recorded gpt-4o, replayed gpt-4.1", "you removed a tool: search_flights")
+        assert [f.path for f in d.fields] == ["tools.0"]
+
+    def test_non_json_arguments_show_the_whole_payload(self):
+        """When either side's arguments are not valid JSON the whole payload is shown."""
+        d = explain([body()], body(arguments='{"flight":{"id":"KQ999"'))
+        assert d.render(CMD).splitlines()[1] == (
+            "- messages.1.tool_calls.0.function.arguments: not valid JSON on one side or both, "
+            'so the whole payload: recorded "{\\"flight\\":{\\"id\\":\\"KQ311\\"},\\"seats\\":1}", '
+            'replayed "{\\"flight\\":{\\"id\\":\\"KQ999\\""'
+        )
+        assert d.fields[0].whole
+
+    def test_roles_sequence_change(self):
+        """A changed message role sequence is reported as an envelope line."""
+        replayed = body()
+        replayed["messages"].append({"role": "tool", "tool_call_id": "call_1", "content": "ok"})
+        d = explain([body()], replayed)
+        assert d.envelope == ("message roles changed: recorded system, assistant; replayed system, assistant, tool",)
+        assert d.fields[0].render() == (
+            'messages.2: recorded (absent), replayed {"role":"tool","tool_call_id":"call_1","content":"ok"}'
+        )
+
+    def test_same_json_different_bytes_is_said(self):
+        """Bodies equal once parsed get a note that only bytes (key order, spacing) moved."""
+        d = explain([body()], body())
+        assert d.fields == () and d.envelope == ()
+        assert "the parsed bodies are equal" in d.summary()
+
+
+class TestCandidate:
+    def test_prefers_same_conversation_over_earlier_turn(self):
+        """The candidate is the earliest unconsumed turn with the same system prompt."""
+        side = body(system="Name this session.")
+        d = explain([side, body(), body()], body(arguments='{"x":1}'))
+        assert d.closest_index == 1
+        assert d.note == "same conversation"
+
+    def test_skips_consumed_turns(self):
+        """Consumed turns are never chosen as the candidate."""
+        d = explain([body(), body()], body(arguments='{"x":1}'), consumed={0})
+        assert d.closest_index == 1
+
+    def test_falls_back_to_earliest_unconsumed(self):
+        """With no turn of the same conversation the earliest unconsumed turn is the candidate."""
+        d = explain([body(system="A"), body(system="B")], body(system="C"), consumed={0})
+        assert d.closest_index == 1
+        assert d.note == "the earliest unconsumed turn; none shares this request's system prompt"
+
+    def test_no_turn_left_is_an_extra_call(self):
+        """When every turn was consumed the request is an extra call with no candidate."""
+        d = explain([body()], body(system="C"), consumed={0}, number=2)
+        assert d.kind == "extra" and d.closest_index is None
+        assert d.render(CMD).splitlines() == [
+            "request 2 matches no recorded turn, and every recorded turn was already served: "
+            "the agent made more calls than recorded",
+            f"If the extra call is intended, re-record the cassette: {CMD}",
+        ]
+
+    def test_without_views_compares_fields_only(self):
+        """Without request views the earliest unconsumed turn is used and no envelope is reported."""
+        cassette = Cassette((rec_turn(0, body()),))
+        d = explain_miss(body(model="gpt-4.1"), None, cassette, set())
+        assert d.closest_index == 0 and d.envelope == ()
+        assert d.fields == (FieldChange("model", "gpt-4o", "gpt-4.1"),)
+        assert d.summary() == "a request matches no recorded turn; closest is turn 0 (the earliest unconsumed turn)"
+
+    def test_a_failing_view_function_only_drops_the_envelope(self):
+        """A views callable that raises degrades the report instead of failing it."""
+
+        def broken(turn):
+            raise RuntimeError("no codec")
+
+        cassette = Cassette((rec_turn(0, body()),))
+        d = explain_miss(body(model="x"), view_of(body(model="x")), cassette, set(), broken)
+        assert d.closest_index == 0 and d.envelope == ()
+        assert d.fields[0].path == "model"
+
+
+class TestFieldDiff:
+    def test_paths_use_dotted_syntax(self):
+        """deepdiff paths are converted to the spec's dotted syntax, in body order."""
+        changes = diff_fields(
+            {"a": {"b": [1, {"c": "x"}]}, "gone": 1},
+            {"a": {"b": [1, {"c": "y", "d": True}]}, "new": None},
+        )
+        assert [(c.path, c.recorded, c.replayed) for c in changes] == [
+            ("a.b.1.c", "x", "y"),
+            ("a.b.1.d", ABSENT, True),
+            ("gone", 1, ABSENT),
+            ("new", ABSENT, None),
+        ]
+
+    def test_json_string_fields_are_diffed_inside(self):
+        """Any string that is a JSON object on both sides is diffed inside, like tool results."""
+        changes = diff_fields({"content": '{"booking":"B-1"}'}, {"content": '{"booking":"B-2"}'})
+        assert changes == [FieldChange("content", "B-1", "B-2", inner="booking")]
+
+    def test_reordered_argument_keys_show_both_raw_strings(self):
+        """Arguments equal as JSON but with moved keys show both raw strings: the bytes are pinned."""
+        changes = diff_fields({"arguments": '{"a":1,"b":2}'}, {"arguments": '{"b":2,"a":1}'})
+        assert changes == [FieldChange("arguments", '{"a":1,"b":2}', '{"b":2,"a":1}')]
+
+    def test_plain_strings_that_are_not_arguments_are_not_whole(self):
+        """A non-JSON string outside tool arguments is an ordinary trimmed change."""
+        changes = diff_fields({"content": "{oops"}, {"content": "{oopsie"})
+        assert changes == [FieldChange("content", "{oops", "{oopsie")]
+
+    def test_long_strings_are_trimmed_around_the_first_difference(self):
+        """Long values are cut to a window around where they first differ."""
+        rec = "x" * 200 + " alpha " + "y" * 200
+        rep = "x" * 200 + " omega " + "y" * 200
+        line = FieldChange("system", rec, rep).render()
+        assert line.startswith('system: recorded "…xxx')
+        assert ' alpha yyy' in line and line.endswith('yyy…"')
+        assert "alpha" in line and "omega" in line
+        assert len(line) < 220
+
+    def test_values_are_shown_short_and_unambiguous(self):
+        """Simple strings are bare; strings that read as other types, and non-strings, are JSON."""
+        assert format_value("KQ311") == "KQ311"
+        assert format_value("311") == '"311"'
+        assert format_value(311) == "311"
+        assert format_value("") == '""'
+        assert format_value(None) == "null"
+        assert format_value(ABSENT) == "(absent)"
+        assert format_value("a" * 200).endswith("…") and len(format_value("a" * 200)) == 80
+
+    def test_many_changes_are_capped(self):
+        """A report lists at most MAX_FIELDS changes and then says how many more."""
+        rec = {f"k{i:02}": i for i in range(20)}
+        rep = {f"k{i:02}": i + 1 for i in range(20)}
+        cassette = Cassette((rec_turn(0, rec),))
+        text = explain_miss(rep, None, cassette, set()).render(CMD)
+        bullets = [line for line in text.splitlines() if line.startswith("- ")]
+        assert len(bullets) == MAX_FIELDS + 1
+        assert bullets[-1] == f"- and {20 - MAX_FIELDS} more field changes"
+
+
+class TestEnvelope:
+    def test_tool_order_change(self):
+        """Reordered tools with the same names are reported as an order change."""
+        a = RequestView("openai-chat", "m", "", ("a", "b"), ("user",), (), False, 0)
+        b = RequestView("openai-chat", "m", "", ("b", "a"), ("user",), (), False, 0)
+        assert envelope_changes(a, b) == ["tool order changed: recorded a, b; replayed b, a"]
+
+    def test_several_added_tools(self):
+        """Several added tools are named together in one line."""
+        a = RequestView("openai-chat", "m", "", (), ("user",), (), False, 0)
+        b = RequestView("openai-chat", "m", "", ("x", "y"), ("user",), (), False, 0)
+        assert envelope_changes(a, b) == ["you added tools: x, y"]
+
+
+class TestPerRunHint:
+    def test_uuid_only_difference_suggests_a_volatile_rule(self):
+        """When only a UUID differs the hint says so and shows the rule that would cover it."""
+        pytest.importorskip("flowproof.normalize")
+        rec = {"metadata": {"user_id": "session 0b0c9a4e-5f3a-4c1e-9a1b-3f2d6c7e8a90"}}
+        rep = {"metadata": {"user_id": "session 7d1e2f3a-4b5c-4d6e-8f70-112233445566"}}
+        d = explain_miss(rep, None, Cassette((rec_turn(0, rec),)), set())
+        assert d.hint is not None
+        assert d.hint.startswith("hint: every difference looks like a per-run id (a UUID at metadata.user_id)")
+        assert "path: metadata.user_id" in d.hint
+        assert d.hint in d.render(CMD)
+
+    def test_real_edit_gets_no_hint(self):
+        """A difference that is not a per-run id gets no volatile hint."""
+        d = explain_miss({"a": "booked"}, None, Cassette((rec_turn(0, {"a": "cancelled"}),)), set())
+        assert d.hint is None
+
+
+class TestDivergenceData:
+    def test_to_json_is_serializable_and_complete(self):
+        """to_json gives every field in JSON-ready form, leaving absent sides out."""
+        d = explain([body()], body(arguments='{"flight":{"id":"KQ999"},"seats":1,"x":2}'))
+        data = json.loads(json.dumps(d.to_json()))
+        assert data["kind"] == "unmatched"
+        assert data["request_number"] == 3
+        assert data["closest_index"] == 0
+        assert data["fields"] == [
+            {"path": "messages.1.tool_calls.0.function.arguments", "inner": "flight.id",
+             "recorded": "KQ311", "replayed": "KQ999"},
+            {"path": "messages.1.tool_calls.0.function.arguments", "inner": "x", "replayed": 2},
+        ]
+
+    def test_explain_does_not_mutate_inputs(self):
+        """explain_miss leaves the replayed body and the cassette bodies untouched."""
+        replayed = body(arguments='{"x":1}')
+        snapshot = copy.deepcopy(replayed)
+        explain([body()], replayed)
+        assert replayed == snapshot
+
+    def test_after_failure_and_missing_summaries(self):
+        """after-failure and missing divergences render their notes as the first line."""
+        after = Divergence("after-failure", 5, None, note="the replay already diverged at request 2")
+        assert after.render(CMD).splitlines() == [
+            "request 5 was not matched: the replay already diverged at request 2",
+            "Fix the first divergence; the requests after it follow from it.",
+        ]
+        missing = Divergence("missing", None, 4, note="1 recorded turn was never requested: turn 4")
+        assert missing.render(CMD).splitlines()[-1] == (
+            f"If the agent now makes fewer calls on purpose, re-record the cassette: {CMD}"
+        )

@@ -1,0 +1,218 @@
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from flowproof.cassette import Cassette, RecordedRequest, RecordedResponse, RecordedTurn, body_sha256
+from flowproof.model import RequestView
+from flowproof.replay import Miss, Replay, Replayer, codec_view, route_mismatch
+
+
+def chat(text: str, system: str = "You book flights.") -> dict:
+    return {"model": "gpt-4o", "messages": [{"role": "system", "content": system}, {"role": "user", "content": text}]}
+
+
+def sha(body: dict) -> str:
+    return body_sha256(json.dumps(body, separators=(",", ":")).encode())
+
+
+def turn(index: int, body: dict) -> RecordedTurn:
+    return RecordedTurn(
+        index=index,
+        provider="openai-chat",
+        request=RecordedRequest("POST", "https://api.openai.com/v1/chat/completions", {}, sha(body), body),
+        response=RecordedResponse(200, {}, body={"n": index}),
+    )
+
+
+def cassette(*bodies: dict) -> Cassette:
+    return Cassette(tuple(turn(i, b) for i, b in enumerate(bodies)))
+
+
+def hand_view(provider: str, body: dict) -> RequestView:
+    msgs = body["messages"]
+    return RequestView(
+        provider=provider,
+        model=body["model"],
+        system="".join(m["content"] for m in msgs if m["role"] == "system"),
+        tools=(),
+        roles=tuple(m["role"] for m in msgs),
+        tool_results=(),
+        stream=False,
+        text_size=0,
+    )
+
+
+def served_index(result: Replay | Miss) -> int:
+    assert isinstance(result, Replay), result
+    return result.turn.index
+
+
+class TestConsumeOnce:
+    def test_identical_bodies_are_each_served_once_in_order(self):
+        """Twenty turns with the same body are served once each, earliest first."""
+        b = chat("same")
+        r = Replayer(cassette(*[b] * 20), view_of=None)
+        assert [served_index(r.decide("openai-chat", sha(b), b)) for _ in range(20)] == list(range(20))
+        assert r.served == 20 and r.unconsumed() == [] and not r.failed
+
+    def test_identical_bodies_from_twenty_threads(self):
+        """Twenty concurrent identical requests get twenty distinct turns."""
+        b = chat("same")
+        r = Replayer(cassette(*[b] * 20), view_of=None)
+        barrier = threading.Barrier(20, timeout=10)
+
+        def call(_: int) -> int:
+            barrier.wait()
+            return served_index(r.decide("openai-chat", sha(b), b))
+
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            indices = list(pool.map(call, range(20), timeout=30))
+        assert sorted(indices) == list(range(20))
+        assert r.served == 20
+
+    def test_earliest_unconsumed_wins_with_interleaved_hashes(self):
+        """With bodies A B A B, each request takes the earliest unconsumed turn of its body."""
+        a, b = chat("a"), chat("b")
+        r = Replayer(cassette(a, b, a, b), view_of=None)
+        assert served_index(r.decide("openai-chat", sha(b), b)) == 1
+        assert served_index(r.decide("openai-chat", sha(a), a)) == 0
+        assert served_index(r.decide("openai-chat", sha(a), a)) == 2
+        assert served_index(r.decide("openai-chat", sha(b), b)) == 3
+
+    def test_index_maps_hash_to_positions_in_recorded_order(self):
+        """The index is a dict from body hash to the positions of its turns, in recorded order."""
+        a, b = chat("a"), chat("b")
+        r = Replayer(cassette(a, b, a), view_of=None)
+        assert {k: list(v) for k, v in r.index.items()} == {sha(a): [0, 2], sha(b): [1]}
+
+
+class TestMisses:
+    def test_extra_call_names_the_served_turn(self):
+        """A call whose body was recorded but already served is an extra call."""
+        a, b = chat("a"), chat("b")
+        r = Replayer(cassette(a, b), view_of=None)
+        r.decide("openai-chat", sha(a), a)
+        result = r.decide("openai-chat", sha(a), a)
+        assert isinstance(result, Miss)
+        assert result.divergence.kind == "extra"
+        assert result.divergence.summary() == (
+            "request 2 matches turn 0, which was already served: "
+            "the agent made this call one more time than recorded"
+        )
+        assert r.failed and r.failed_at == 2
+
+    def test_unmatched_body_is_explained_against_the_closest_turn(self):
+        """A body with no recorded hash gets an unmatched divergence comparing it to the closest turn."""
+        a, b = chat("a"), chat("b", system="Name the session.")
+        r = Replayer(cassette(b, a), view_of=hand_view)
+        edited = chat("A")
+        result = r.decide("openai-chat", sha(edited), edited)
+        assert isinstance(result, Miss)
+        d = result.divergence
+        assert (d.kind, d.request_number, d.closest_index, d.note) == ("unmatched", 1, 1, "same conversation")
+        assert [f.render() for f in d.fields] == ["messages.1.content: recorded a, replayed A"]
+
+    def test_fail_fast_after_the_first_miss(self):
+        """After a miss every later request is refused, even one that would match, and nothing is consumed."""
+        a, b = chat("a"), chat("b")
+        r = Replayer(cassette(a, b), view_of=None)
+        assert served_index(r.decide("openai-chat", sha(a), a)) == 0
+        bad = chat("zzz")
+        assert isinstance(r.decide("openai-chat", sha(bad), bad), Miss)
+        later = r.decide("openai-chat", sha(b), b)
+        assert isinstance(later, Miss)
+        assert later.divergence.kind == "after-failure"
+        assert later.divergence.summary() == (
+            "request 3 was not matched: the replay already diverged at request 2"
+        )
+        assert [t.index for t in r.unconsumed()] == [1]
+        assert r.served == 1
+
+    def test_empty_cassette_makes_every_call_extra(self):
+        """With nothing recorded the first call is an extra call with no candidate."""
+        r = Replayer(Cassette(()), view_of=None)
+        result = r.decide("openai-chat", "0" * 64, {})
+        assert isinstance(result, Miss)
+        assert result.divergence.kind == "extra" and result.divergence.closest_index is None
+
+    def test_default_views_come_from_the_wire_codec(self):
+        """With the default view function the report compares envelopes through the codec."""
+        pytest.importorskip("flowproof.wire.openai_chat", reason="the openai-chat codec is not present")
+        a = chat("a")
+        r = Replayer(cassette(a))
+        other = dict(a, model="gpt-4.1")
+        result = r.decide("openai-chat", sha(other), other)
+        assert isinstance(result, Miss)
+        assert result.divergence.envelope == ("model: recorded gpt-4o, replayed gpt-4.1",)
+        assert codec_view("no-such-provider", a) is None
+
+
+class TestEndOfRun:
+    def test_missing_divergence_lists_unconsumed_turns(self):
+        """Turns never requested are reported as missing calls in recorded order."""
+        a, b, c = chat("a"), chat("b"), chat("c")
+        r = Replayer(cassette(a, b, c), view_of=None)
+        r.decide("openai-chat", sha(b), b)
+        d = r.missing_divergence()
+        assert d is not None and d.kind == "missing" and d.closest_index == 0
+        assert d.summary() == (
+            "2 recorded turns were never requested: turns 0, 2 (the agent made fewer calls than recorded)"
+        )
+
+    def test_one_missing_turn_reads_singular(self):
+        """A single unconsumed turn is named in the singular."""
+        r = Replayer(cassette(chat("a")), view_of=None)
+        d = r.missing_divergence()
+        assert d is not None
+        assert d.summary() == "1 recorded turn was never requested: turn 0 (the agent made fewer calls than recorded)"
+
+    def test_no_missing_divergence_when_all_served(self):
+        """When every turn was served there is no missing divergence."""
+        a = chat("a")
+        r = Replayer(cassette(a), view_of=None)
+        r.decide("openai-chat", sha(a), a)
+        assert r.missing_divergence() is None
+
+
+class TestRouteMismatch:
+    def test_same_route_is_fine(self):
+        """The same route gives no message."""
+        assert route_mismatch("proxy", "proxy") is None
+
+    def test_other_route_says_what_to_do(self):
+        """A different route names both routes and what to do."""
+        assert route_mismatch("proxy", "base_url") == (
+            "the cassette was recorded through the proxy route (HTTPS_PROXY) but this run uses "
+            "the base-URL route (OPENAI_BASE_URL and friends); agents may send different requests "
+            "per route, so replay refuses the mismatch — set agent.route: proxy in the spec, "
+            "or re-record on the base_url route"
+        )
+
+
+class TestCost:
+    def test_cost_does_not_grow_with_cassette_size(self):
+        """Building and matching a 10,000-turn cassette stays fast: lookups are dict hits, not scans."""
+        n = 10_000
+        bodies = [{"i": i} for i in range(n)]
+        turns = tuple(
+            RecordedTurn(i, "openai-chat", RecordedRequest("POST", "u", {}, f"{i:064x}", b), RecordedResponse(200, {}))
+            for i, b in enumerate(bodies)
+        )
+        c = Cassette(turns)
+        start = time.perf_counter()
+        r = Replayer(c, view_of=None)
+        built = time.perf_counter() - start
+        start = time.perf_counter()
+        # Reverse order: a scan from the front would cost O(n) per request here.
+        for i in reversed(range(n)):
+            assert served_index(r.decide("openai-chat", f"{i:064x}", bodies[i])) == i
+        decided = time.perf_counter() - start
+        # Generous bounds (~50x the expected cost): they only catch an O(n) scan per request.
+        assert built < 1.0, built
+        assert decided < 1.5, decided
+        assert r.served == n
