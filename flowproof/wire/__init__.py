@@ -1,0 +1,166 @@
+"""The codec registry: which model API a request speaks, and the codec for it.
+
+Detection is by method and path, on any host, because gateways (OpenRouter,
+LiteLLM, Ollama, Azure, a local vLLM) serve the same APIs under other hosts::
+
+    >>> detect("POST", "api.openai.com", "/v1/chat/completions").name
+    'openai-chat'
+    >>> detect("GET", "api.openai.com", "/v1/models") is None
+    True
+
+Model calls are always POSTs. Non-model paths on model hosts (``/api/...``,
+``/v1/traces/ingest``, ``/v1/models``, ``/v1/messages/count_tokens``) are not
+detected; `is_model_host` lets replay answer them locally instead.
+
+``extra_hosts`` names hosts whose model paths are unusual (a corporate gateway
+serving ``/llm/chat/completions`` is already found by its suffix; one serving
+``/proxy/responses`` or ``/gw/messages`` is not). On an extra host, any POST
+whose path ends with a known suffix — ``/chat/completions``, ``/responses``,
+``/messages``, ``:generateContent``, ``:streamGenerateContent`` — is a model
+call of that API. Extra hosts also count as model hosts for `is_model_host`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Collection
+from functools import cache
+
+from flowproof.errors import WireError
+from flowproof.wire.base import Codec
+from flowproof.wire.sse import (
+    SSEDecoder,
+    SSEEvent,
+    canonical_raw,
+    encode_events,
+    make_event,
+    parse_sse,
+)
+
+__all__ = [
+    "CODEC_NAMES",
+    "MODEL_HOSTS",
+    "Codec",
+    "SSEDecoder",
+    "SSEEvent",
+    "available_codecs",
+    "canonical_raw",
+    "codec_by_name",
+    "detect",
+    "encode_events",
+    "is_model_host",
+    "make_event",
+    "normalize_host",
+    "parse_sse",
+]
+
+#: Every provider id a cassette may name, in detection order.
+CODEC_NAMES: tuple[str, ...] = ("openai-chat", "openai-responses", "anthropic", "gemini")
+
+_MODULES = {
+    "openai-chat": "flowproof.wire.openai_chat",
+    "openai-responses": "flowproof.wire.openai_responses",
+    "anthropic": "flowproof.wire.anthropic",
+    "gemini": "flowproof.wire.gemini",
+}
+
+#: Well-known model API hosts (Azure OpenAI and Vertex AI are matched by suffix, see `is_model_host`).
+MODEL_HOSTS: frozenset[str] = frozenset(
+    {
+        "api.openai.com",
+        "api.anthropic.com",
+        "generativelanguage.googleapis.com",
+        "openrouter.ai",
+        "api.groq.com",
+        "api.mistral.ai",
+        "api.deepseek.com",
+        "api.together.xyz",
+        "api.fireworks.ai",
+        "api.x.ai",
+    }
+)
+_MODEL_HOST_SUFFIXES = (".openai.azure.com", "aiplatform.googleapis.com")
+
+# The path suffix of each API, for extra hosts (most specific first).
+_SUFFIXES: tuple[tuple[str, str], ...] = (
+    ("/chat/completions", "openai-chat"),
+    ("/responses", "openai-responses"),
+    ("/messages", "anthropic"),
+    (":streamGenerateContent", "gemini"),
+    (":generateContent", "gemini"),
+)
+
+
+def normalize_host(host: str) -> str:
+    """``host`` lowercased, without a port or a trailing dot (``API.openai.com:443`` -> ``api.openai.com``)."""
+    host = host.strip().lower()
+    if host.startswith("["):  # [ipv6]:port
+        return host.split("]", 1)[0] + "]"
+    if host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host.rstrip(".")
+
+
+@cache
+def _load(name: str) -> Codec | None:
+    try:
+        module = importlib.import_module(_MODULES[name])
+    except ModuleNotFoundError as e:
+        # anthropic.py and gemini.py are written alongside this registry; until a
+        # module lands its API is simply not detected. Only a missing codec module is
+        # tolerated: an import error inside an existing module still surfaces.
+        if e.name == _MODULES[name]:
+            return None
+        raise
+    codec: Codec = module.CODEC
+    return codec
+
+
+def available_codecs() -> tuple[Codec, ...]:
+    """The codecs whose modules are installed, in detection order."""
+    return tuple(c for c in (_load(n) for n in CODEC_NAMES) if c is not None)
+
+
+def codec_by_name(name: str) -> Codec:
+    """The codec stored in a cassette as ``name``; `WireError` for an unknown or missing one."""
+    if name not in _MODULES:
+        raise WireError(
+            name,
+            "provider",
+            f"unknown provider; a cassette names one of {', '.join(CODEC_NAMES)}",
+        )
+    codec = _load(name)
+    if codec is None:
+        raise WireError(
+            name, "provider", f"the {name} codec is not available in this flowproof build"
+        )
+    return codec
+
+
+def is_model_host(host: str, extra_hosts: Collection[str] = ()) -> bool:
+    """True for a well-known model API host (or one of ``extra_hosts``)."""
+    host = normalize_host(host)
+    if host in MODEL_HOSTS or host.endswith(_MODEL_HOST_SUFFIXES):
+        return True
+    return host in {normalize_host(h) for h in extra_hosts}
+
+
+def detect(method: str, host: str, path: str, extra_hosts: Collection[str] = ()) -> Codec | None:
+    """The codec for a model call, or None when the request is not one.
+
+    ``path`` is the URL path without the query string (a query is cut off
+    defensively). See the module docstring for what ``extra_hosts`` changes.
+    """
+    if method.upper() != "POST":
+        return None  # model calls are POSTs; GET /v1/responses/{id}, /v1/models… are not
+    path = path.split("?", 1)[0]
+    bare = normalize_host(host)
+    for codec in available_codecs():
+        if codec.matches("POST", bare, path):
+            return codec
+    if extra_hosts and bare in {normalize_host(h) for h in extra_hosts}:
+        trimmed = path.rstrip("/")
+        for suffix, name in _SUFFIXES:
+            if trimmed.endswith(suffix):
+                return _load(name)
+    return None

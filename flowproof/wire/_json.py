@@ -1,0 +1,102 @@
+"""JSON helpers shared by the wire codecs: strict loading with WireError, deterministic dumping.
+
+Every codec reads untrusted bodies. These helpers turn "not JSON", "not an
+object" and "a field of the wrong type" into `flowproof.errors.WireError`
+naming the provider and the field, so no raw KeyError/TypeError escapes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flowproof.errors import WireError
+
+
+def load_json_body(provider: str, body: bytes | str, what: str = "body") -> dict[str, Any]:
+    """Parse ``body`` as a JSON object, or raise `WireError` naming ``provider`` and ``what``."""
+    try:
+        value = json.loads(body)
+    except UnicodeDecodeError as e:
+        raise WireError(provider, what, f"is not UTF-8 ({e.reason} at byte {e.start})") from None
+    except ValueError as e:
+        raise WireError(
+            provider, what, f"is not valid JSON ({e}); expected a JSON object"
+        ) from None
+    if not isinstance(value, dict):
+        raise WireError(provider, what, f"is a JSON {type_name(value)}, expected a JSON object")
+    return value
+
+
+def dump_body(obj: Any) -> bytes:
+    """Compact, deterministic JSON bytes: key order kept, no spaces, UTF-8 (not ASCII escapes)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def compact_json(value: Any) -> str:
+    """A tool result as the model sees it: strings unchanged, anything else compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def type_name(value: Any) -> str:
+    """The JSON name of a parsed value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def expect_list(provider: str, field: str, value: Any) -> list[Any]:
+    """``value`` when it is a JSON array, else a `WireError` naming ``field``."""
+    if not isinstance(value, list):
+        raise WireError(provider, field, f"is a JSON {type_name(value)}, expected an array")
+    return value
+
+
+def expect_object(provider: str, field: str, value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else a `WireError` naming ``field``."""
+    if not isinstance(value, dict):
+        raise WireError(provider, field, f"is a JSON {type_name(value)}, expected an object")
+    return value
+
+
+def optional_str(value: Any) -> str | None:
+    """``value`` when it is a string, else None (for lenient optional fields like ``model``)."""
+    return value if isinstance(value, str) else None
+
+
+def content_text(content: Any, sep: str = "") -> str:
+    """The text of a message ``content``: a string, or the ``text`` of each part of a list.
+
+    Parts without text (images, files, audio) contribute nothing; a part that is
+    a bare string counts as text (some gateways send that).
+    """
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        return sep.join(texts)
+    return ""
+
+
+def schema_size(value: Any) -> int:
+    """Characters of ``value`` as compact JSON (tool schemas count toward a request's text size)."""
+    if value is None:
+        return 0
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
