@@ -1,0 +1,287 @@
+"""Agent drivers: start a ``command:`` agent or reach a ``url:`` agent, and deliver the prompts.
+
+A command runs through ``/bin/sh -c`` (so ``npm run assistant``, ``cd x && ./y`` and
+``$VAR`` work as they do in a terminal) in its own session, so a timeout kills
+the whole process group and nothing the agent spawned survives. The prompt goes
+into a ``{prompt}`` placeholder (shell-quoted) or else on stdin. The agent's
+stdout/stderr are captured (bounded) for the report only: the reply always
+comes from the model traffic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flowproof.errors import AgentError
+
+#: Bytes of stdout/stderr kept per stream (the tail: errors are printed last).
+OUTPUT_LIMIT = 64 * 1024
+#: How long an agent may keep running after a replay divergence (it got a 4xx).
+DIVERGENCE_GRACE = 5.0
+PLACEHOLDER = "{prompt}"
+#: The exit code /bin/sh uses for "command not found".
+_NOT_FOUND = 127
+
+EventSource = Callable[[], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRun:
+    """What happened to the agent process (or url agent) during a flow."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    duration: float
+    #: Why the runner ended the agent early ("divergence"), if it did.
+    stopped_early: str | None = None
+
+
+class _Tail:
+    """Reads a pipe to EOF on a thread, keeping only the last ``limit`` bytes."""
+
+    def __init__(self, stream: Any, limit: int = OUTPUT_LIMIT) -> None:
+        self._stream = stream
+        self._limit = limit
+        self._data = bytearray()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while chunk := self._stream.read1(65536):
+                self._data += chunk
+                if len(self._data) > 2 * self._limit:
+                    del self._data[: len(self._data) - self._limit]
+        except (OSError, ValueError):
+            pass
+
+    def text(self, timeout: float = 2.0) -> str:
+        self._thread.join(timeout)
+        return bytes(self._data[-self._limit :]).decode("utf-8", "replace")
+
+
+def render_command(command: str, prompt: str | None) -> tuple[str, bool]:
+    """Substitute ``{prompt}`` (shell-quoted); returns the command and whether it was used."""
+    if prompt is not None and PLACEHOLDER in command:
+        return command.replace(PLACEHOLDER, shlex.quote(prompt)), True
+    return command, False
+
+
+def answer_complete(events: Sequence[dict[str, Any]], turns_before: int) -> bool:
+    """True when the agent has answered the last prompt: no model call in flight, at least
+    one new turn since ``turns_before``, and the newest turn is not a tool call.
+
+    Judged on the raw event log (cheap, no codecs): a turn whose response carries a
+    tool call is detected through the provider-neutral view when available.
+    """
+    started = sum(1 for e in events if e.get("event") == "request_started")
+    finished_ids = {
+        e.get("id") for e in events if e.get("event") in ("turn", "divergence", "error")
+    }
+    turns = [e for e in events if e.get("event") == "turn"]
+    if started > len(finished_ids) or len(turns) <= turns_before:
+        return False
+    return not _ends_in_tool_call(turns[-1])
+
+
+def _ends_in_tool_call(event: dict[str, Any]) -> bool:
+    try:
+        from flowproof.cassette import loads_cassette, turn_views
+
+        doc = {"format": 1, "route": "proxy", "turns": [event["turn"]]}
+        turn = turn_views(loads_cassette(json.dumps(doc), "event log").turns[0])
+    except Exception:  # noqa: BLE001 - an unreadable turn is judged complete; the flow reports it
+        return False
+    return bool(turn.response is not None and turn.response.tool_calls)
+
+
+def _count(events: Sequence[dict[str, Any]], kind: str) -> int:
+    return sum(1 for e in events if e.get("event") == kind)
+
+
+def _kill_group(pid: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        if sig is signal.SIGTERM:
+            time.sleep(0.2)
+
+
+def run_command_agent(
+    command: str,
+    *,
+    prompts: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path | None,
+    timeout: float,
+    events: EventSource = list,
+    poll: float = 0.05,
+) -> AgentRun:
+    """Run ``command`` and feed it ``prompts``; return when it exits or the timeout hits.
+
+    The first prompt fills ``{prompt}`` when the command has one, else it is written
+    to stdin. Every later prompt goes to stdin once the previous answer is complete
+    (see `answer_complete`); stdin is closed after the last one. On timeout the whole
+    process group is killed and ``timed_out`` is set (the caller decides the error,
+    since a divergence may explain it).
+    """
+    if cwd is not None and not cwd.is_dir():
+        raise AgentError(f"the agent's working directory {cwd} does not exist — fix `agent.cwd` in the spec")
+    rendered, used_placeholder = render_command(command, prompts[0] if prompts else None)
+    stdin_prompts = list(prompts[1:] if used_placeholder else prompts)
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            ["/bin/sh", "-c", rendered],
+            cwd=str(cwd) if cwd else None,
+            env=dict(env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise AgentError(f"could not start the agent `{command}`: {e.strerror or e}") from None
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    out, err = _Tail(process.stdout), _Tail(process.stderr)
+    deadline = started + timeout
+    timed_out = False
+    stopped_early: str | None = None
+    stdin_open = True
+    turns_before = 0
+
+    def send(text: str) -> None:
+        nonlocal stdin_open
+        try:
+            process.stdin.write(text.encode("utf-8") + b"\n")  # type: ignore[union-attr]
+            process.stdin.flush()  # type: ignore[union-attr]
+        except (BrokenPipeError, OSError):
+            stdin_open = False
+
+    def close_stdin() -> None:
+        nonlocal stdin_open
+        if stdin_open:
+            try:
+                process.stdin.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+            stdin_open = False
+
+    try:
+        pending = list(stdin_prompts)
+        if pending and not used_placeholder:
+            send(pending.pop(0))
+        if not pending:
+            close_stdin()
+        grace_end: float | None = None
+        while process.poll() is None:
+            now = time.monotonic()
+            if grace_end is not None and now >= grace_end:
+                stopped_early = "divergence"
+                break
+            if now >= deadline:
+                timed_out = True
+                break
+            log = events()
+            if grace_end is None and _count(log, "divergence"):
+                # The agent got a 4xx for an unmatched call; let it exit on its own, briefly.
+                grace_end = now + DIVERGENCE_GRACE
+            if pending and stdin_open and answer_complete(log, turns_before):
+                turns_before = _count(log, "turn")
+                send(pending.pop(0))
+                if not pending:
+                    close_stdin()
+            time.sleep(poll)
+    finally:
+        # Whatever the agent spawned dies with its group, even after a clean exit.
+        _kill_group(process.pid)
+        close_stdin()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL was sent
+            pass
+    stdout, stderr = out.text(), err.text()
+    if process.returncode == _NOT_FOUND and "not found" in stderr:
+        raise AgentError(
+            f"the agent command was not found: `{command}` ({stderr.strip().splitlines()[-1]}) — "
+            "check `agent.command` in the spec and that the program is installed"
+        )
+    return AgentRun(
+        returncode=process.returncode,
+        stdout=stdout,
+        stderr=stderr,
+        timed_out=timed_out,
+        duration=time.monotonic() - started,
+        stopped_early=stopped_early,
+    )
+
+
+def run_url_agent(
+    url: str,
+    *,
+    prompts: Sequence[str],
+    timeout: float,
+    events: EventSource = list,
+    settle: float = 0.3,
+) -> AgentRun:
+    """POST each prompt as ``{"prompt": ...}`` JSON to a running agent service.
+
+    The service was started by the user with the exports of ``flowproof env``; the
+    runner's own proxy variables are bypassed for this request.
+    """
+    started = time.monotonic()
+    deadline = started + timeout
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    bodies: list[str] = []
+    for prompt in prompts:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return AgentRun(None, "\n".join(bodies), "", True, time.monotonic() - started)
+        request = urllib.request.Request(
+            url,
+            data=json.dumps({"prompt": prompt}).encode("utf-8"),
+            headers={"content-type": "application/json"},
+            method="POST",
+        )
+        try:
+            with opener.open(request, timeout=remaining) as response:
+                bodies.append(response.read(OUTPUT_LIMIT).decode("utf-8", "replace"))
+        except urllib.error.HTTPError as e:
+            detail = e.read(2000).decode("utf-8", "replace")
+            return AgentRun(e.code, "\n".join(bodies), detail, False, time.monotonic() - started)
+        except TimeoutError:
+            return AgentRun(None, "\n".join(bodies), "", True, time.monotonic() - started)
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            if isinstance(reason, TimeoutError):
+                return AgentRun(None, "\n".join(bodies), "", True, time.monotonic() - started)
+            raise AgentError(
+                f"the agent at {url} could not be reached ({reason}) — start it first with the "
+                "exports of `flowproof env --proxy-port N` and pass the same --proxy-port"
+            ) from None
+    # A service may answer before its last model call completes; wait for quiet.
+    while time.monotonic() < deadline:
+        log = events()
+        started_n = _count(log, "request_started")
+        done_n = len({e.get("id") for e in log if e.get("event") in ("turn", "divergence", "error")})
+        if started_n <= done_n:
+            break
+        time.sleep(0.05)
+    time.sleep(min(settle, max(0.0, deadline - time.monotonic())))
+    return AgentRun(0, "\n".join(bodies), "", False, time.monotonic() - started)

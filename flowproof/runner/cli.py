@@ -1,0 +1,248 @@
+"""The command line: ``flowproof-run`` and ``flowproof check|diff|show|env``.
+
+Names, options and exit codes are a contract (DESIGN.md, "The command line").
+Every `FlowproofError` is caught here and printed as one paragraph with no
+traceback; the process exits with the error's ``exit_code``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import wraps
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, SpecError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Exit(click.ClickException):
+    """A FlowproofError as click sees it: printed without a traceback, exits with its code."""
+
+    def __init__(self, error: FlowproofError) -> None:
+        super().__init__(str(error))
+        self.exit_code = error.exit_code  # type: ignore[misc]  # click reads it per instance
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"flowproof: {self.format_message()}", err=True)
+
+
+def _edge(func: F) -> F:
+    """Translate FlowproofError into a clean exit at the command boundary."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except FlowproofError as e:
+            raise _Exit(e) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_upstream(values: Sequence[str], environ_value: str | None) -> tuple[str, ...]:
+    """``HOST=URL`` items from the options and ``FLOWPROOF_UPSTREAM`` (comma-separated), validated."""
+    items = [v.strip() for v in (environ_value or "").split(",") if v.strip()] + list(values)
+    out: list[str] = []
+    for item in items:
+        host, sep, url = item.partition("=")
+        if not sep or not host.strip() or "://" not in url:
+            raise FlowproofError(
+                f"bad upstream `{item}` — write HOST=URL, e.g. api.openai.com=http://127.0.0.1:8000"
+            )
+        out.append(f"{host.strip()}={url.strip()}")
+    return tuple(out)
+
+
+def parse_shard(value: str | None) -> tuple[int, int] | None:
+    """``I/N`` (1-based) -> (I, N)."""
+    if value is None:
+        return None
+    try:
+        index_s, total_s = value.split("/")
+        index, total = int(index_s), int(total_s)
+    except ValueError:
+        raise FlowproofError(f"bad --shard `{value}` — write I/N with 1 <= I <= N, e.g. 2/4") from None
+    if total < 1 or not 1 <= index <= total:
+        raise FlowproofError(f"bad --shard `{value}` — write I/N with 1 <= I <= N, e.g. 2/4")
+    return index, total
+
+
+def select_shard(specs: Sequence[Path], shard: tuple[int, int] | None) -> list[Path]:
+    """The specs of one shard: deterministic, by sorted path, round-robin."""
+    ordered = sorted(dict.fromkeys(specs), key=lambda p: str(p))
+    if shard is None:
+        return ordered
+    index, total = shard
+    return [p for i, p in enumerate(ordered) if i % total == index - 1]
+
+
+_SPEC_ARG = click.argument(
+    "specs", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False)
+)
+
+
+@click.command(
+    "flowproof-run",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@_SPEC_ARG
+@click.option("--replay", "mode", flag_value="replay", default=True, help="Replay the cassette strictly (default).")
+@click.option("--record", "mode", flag_value="record", help="Record a new cassette (kept only if the spec passes).")
+@click.option("--compare", "mode", flag_value="compare", help="Run live and report drift from the cassette; never writes.")
+@click.option("--cassette", type=click.Path(path_type=Path, dir_okay=False), help="Cassette path (one spec only).")
+@click.option("--upstream", multiple=True, metavar="HOST=URL", help="Send HOST's model calls to URL (also FLOWPROOF_UPSTREAM).")
+@click.option("--proxy-port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Proxy port (0: any free port).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Agent wall-clock timeout in seconds (overrides the spec).")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON report.")
+@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here.")
+@click.option("-j", "jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Flows to run in parallel.")
+@click.option("--shard", metavar="I/N", help="Run only shard I of N (1-based, by sorted spec path).")
+@click.option("--compare-handler", metavar="MODULE:FUNC", help="Receive each compare result instead of failing on drift.")
+@click.option("-v", "--verbose", is_flag=True, help="Show every step, the agent output and timings.")
+@_edge
+def run_command(
+    specs: tuple[Path, ...],
+    mode: str,
+    cassette: Path | None,
+    upstream: tuple[str, ...],
+    proxy_port: int,
+    timeout: float | None,
+    as_json: bool,
+    junit: Path | None,
+    jobs: int,
+    shard: str | None,
+    compare_handler: str | None,
+    verbose: bool,
+) -> None:
+    """Run flow SPECs against their agents: replay (default), --record or --compare."""
+    from flowproof.runner.flow import RunOptions, run_flow
+    from flowproof.runner.report import render_json, render_text, worst_exit, write_junit
+
+    if cassette is not None and len(specs) > 1:
+        raise FlowproofError("--cassette names one cassette, so it takes exactly one spec")
+    if proxy_port and (jobs > 1) and len(specs) > 1:
+        raise FlowproofError("--proxy-port fixes one port, so it cannot be used with -j N > 1")
+    selected = select_shard(specs, parse_shard(shard))
+    options = RunOptions(
+        mode=mode,
+        cassette=cassette,
+        upstream=parse_upstream(upstream, os.environ.get("FLOWPROOF_UPSTREAM")),
+        proxy_port=proxy_port,
+        timeout=timeout,
+        compare_handler=compare_handler,
+    )
+    if not selected:
+        click.echo(f"shard {shard} has no specs; nothing to run")
+        return
+    # Each flow has its own proxy, ports, log and agent, so flows are independent.
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(lambda p: run_flow(p, options), selected))
+    if junit is not None:
+        write_junit(results, junit)
+    click.echo(render_json(results) if as_json else render_text(results, verbose=verbose))
+    code = worst_exit(results)
+    if code != EXIT_OK:
+        sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="flowproof")
+def cli() -> None:
+    """flowproof: test LLM agents at the model boundary."""
+
+
+@cli.command("check")
+@_SPEC_ARG
+@_edge
+def check_command(specs: tuple[Path, ...]) -> None:
+    """Validate SPECs without running anything."""
+    from flowproof.spec import load_spec
+
+    bad = 0
+    for path in specs:
+        try:
+            load_spec(path)
+        except SpecError as e:
+            bad += 1
+            for problem in e.problems:
+                click.echo(str(problem), err=True)
+    ok = len(specs) - bad
+    click.echo(f"{ok} spec{'s' if ok != 1 else ''} OK" + (f", {bad} invalid" if bad else ""))
+    if bad:
+        sys.exit(EXIT_USAGE)
+
+
+@cli.command("diff")
+@click.argument("old", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("new", type=click.Path(path_type=Path, dir_okay=False))
+@_edge
+def diff_command(old: Path, new: Path) -> None:
+    """The heal diff between two cassettes, turn by turn."""
+    from flowproof.cassette import load_cassette
+    from flowproof.runner.report import diff_cassettes
+
+    text = diff_cassettes(load_cassette(old), load_cassette(new))
+    click.echo(text or "no change in the trajectory")
+
+
+@cli.command("show")
+@click.argument("cassette", type=click.Path(path_type=Path, dir_okay=False))
+@_edge
+def show_command(cassette: Path) -> None:
+    """A cassette as a readable conversation."""
+    from flowproof.cassette import load_cassette
+    from flowproof.runner.report import show_cassette
+
+    click.echo(show_cassette(load_cassette(cassette), cassette))
+
+
+@cli.command("env")
+@click.option("--proxy-port", type=click.IntRange(1, 65535), default=8080, show_default=True)
+@click.option("--base-url", is_flag=True, help="Also export base-URL variables (reverse listeners on the next ports).")
+@_edge
+def env_command(proxy_port: int, base_url: bool) -> None:
+    """Print the exports an agent started by hand needs (eval "$(flowproof env)")."""
+    from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
+
+    ca = ensure_ca(default_ca_dir())
+    reverse = {}
+    if base_url:
+        from flowproof.runner.flow import REVERSE_HOSTS
+
+        reverse = {h: f"http://127.0.0.1:{proxy_port + 1 + i}" for i, h in enumerate(REVERSE_HOSTS)}
+    env = agent_env(
+        dict(os.environ),
+        proxy_url=f"http://127.0.0.1:{proxy_port}",
+        ca=ca,
+        route="base_url" if base_url else "proxy",
+        reverse_urls=reverse,
+    )
+    for line in export_lines(env, os.environ):
+        click.echo(line)
+
+
+def _standalone(command: click.Command, argv: Sequence[str] | None) -> NoReturn:
+    # standalone_mode makes click exit itself; the final exit only satisfies NoReturn.
+    command.main(args=list(argv) if argv is not None else None, standalone_mode=True)
+    sys.exit(EXIT_OK)
+
+
+def run_main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of ``flowproof-run``."""
+    _standalone(run_command, argv)
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of ``flowproof``."""
+    _standalone(cli, argv)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,242 @@
+"""The agent's environment: the per-user CA, the trust bundle, and the injected variables.
+
+The CA is trusted only by the agent process, through its environment — never
+installed system-wide. docs/proxy-env.md explains every variable set here and
+which client honours it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from flowproof.errors import FlowproofError
+
+#: mitmproxy's file basename in its confdir (``mitmproxy-ca.pem`` …).
+CA_BASENAME = "mitmproxy"
+#: The combined bundle (system or certifi roots + the flowproof CA) inside the CA dir.
+BUNDLE_NAME = "flowproof-ca-bundle.pem"
+#: Where Debian/Ubuntu/Alpine keep the system roots; other systems fall back to certifi.
+SYSTEM_BUNDLES = (
+    Path("/etc/ssl/certs/ca-certificates.crt"),
+    Path("/etc/pki/tls/certs/ca-bundle.crt"),
+    Path("/etc/ssl/cert.pem"),
+)
+#: Set in replay when the user has no key: no request leaves the machine, but SDKs
+#: refuse to start without one.
+PLACEHOLDER_KEY = "flowproof-replay-placeholder"
+PLACEHOLDER_KEY_VARS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "CODEX_API_KEY",
+)
+#: Model hosts that must never be bypassed through NO_PROXY.
+MODEL_HOSTS = (
+    "api.openai.com",
+    "api.anthropic.com",
+    "generativelanguage.googleapis.com",
+    "chatgpt.com",
+)
+#: Always direct: the agent keeps reaching its own local services (and base-URL listeners).
+LOCAL_NO_PROXY = ("localhost", "127.0.0.1", "::1")
+PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
+#: (host, variable, suffix): base-URL variables per model host for route ``base_url``.
+BASE_URL_VARS = (
+    ("api.openai.com", "OPENAI_BASE_URL", "/v1"),
+    ("api.anthropic.com", "ANTHROPIC_BASE_URL", ""),
+    ("generativelanguage.googleapis.com", "GOOGLE_GEMINI_BASE_URL", ""),
+)
+
+
+class CAError(FlowproofError):
+    """The flowproof CA directory cannot be created or read."""
+
+
+@dataclass(frozen=True, slots=True)
+class CAFiles:
+    """The CA certificate alone (PEM) and the combined trust bundle handed to agents."""
+
+    cert: Path
+    bundle: Path
+
+
+def default_ca_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$FLOWPROOF_CA_DIR``, else ``$XDG_DATA_HOME/flowproof/ca``, else ``~/.local/share/flowproof/ca``."""
+    env = os.environ if environ is None else environ
+    if env.get("FLOWPROOF_CA_DIR"):
+        return Path(env["FLOWPROOF_CA_DIR"]).expanduser()
+    if env.get("XDG_DATA_HOME"):
+        return Path(env["XDG_DATA_HOME"]).expanduser() / "flowproof" / "ca"
+    return Path.home() / ".local" / "share" / "flowproof" / "ca"
+
+
+def system_bundle() -> Path:
+    """The system root bundle when present, else certifi's."""
+    for candidate in SYSTEM_BUNDLES:
+        if candidate.is_file():
+            return candidate
+    import certifi
+
+    return Path(certifi.where())
+
+
+def ensure_ca(confdir: Path, roots: Path | None = None) -> CAFiles:
+    """Create (first use) or reuse the flowproof CA in ``confdir`` and refresh the trust bundle.
+
+    The directory is 0700 and every file holding a private key is 0600. The bundle
+    is ``roots`` (default: `system_bundle`) plus the CA cert, rewritten atomically
+    only when it would change.
+    """
+    confdir = Path(confdir)
+    cert = confdir / f"{CA_BASENAME}-ca-cert.pem"
+    try:
+        confdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(confdir, 0o700)
+        if not (confdir / f"{CA_BASENAME}-ca.pem").exists():
+            # Imported lazily: mitmproxy.certs pulls in cryptography (~0.2 s) and is
+            # only needed the first time.
+            from mitmproxy.certs import CertStore
+
+            CertStore.create_store(confdir, CA_BASENAME, 2048)
+        for path in confdir.iterdir():
+            if _holds_private_key(path):
+                os.chmod(path, 0o600)
+        bundle = confdir / BUNDLE_NAME
+        roots_path = roots or system_bundle()
+        content = _join_pem(roots_path.read_bytes(), cert.read_bytes())
+        _write_if_changed(bundle, content)
+    except OSError as e:
+        raise CAError(
+            f"{confdir}: cannot set up the flowproof CA ({e.strerror or e}) — "
+            "set FLOWPROOF_CA_DIR to a writable directory"
+        ) from None
+    return CAFiles(cert=cert, bundle=bundle)
+
+
+def _holds_private_key(path: Path) -> bool:
+    # mitmproxy writes the key into mitmproxy-ca.pem and mitmproxy-ca.p12 (not the -cert files).
+    if not path.is_file() or "-cert." in path.name:
+        return False
+    if path.suffix == ".p12":
+        return True
+    try:
+        return b"PRIVATE KEY" in path.read_bytes()
+    except OSError:
+        return False
+
+
+def _join_pem(*parts: bytes) -> bytes:
+    return b"".join(p if p.endswith(b"\n") else p + b"\n" for p in parts)
+
+
+def _write_if_changed(path: Path, content: bytes) -> None:
+    try:
+        if path.read_bytes() == content:
+            return
+    except FileNotFoundError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content)
+        os.chmod(tmp, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def no_proxy_value(existing: str, model_hosts: Iterable[str]) -> str:
+    """``existing`` NO_PROXY entries minus those that would bypass a model host, plus loopback.
+
+    An entry bypasses a host when it is ``*``, the host itself, or a domain suffix
+    of it (``.openai.com``, ``openai.com``).
+    """
+    hosts = [h.lower() for h in model_hosts]
+    kept: list[str] = []
+    for raw in existing.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        name = entry.lower().split(":")[0] if entry.count(":") == 1 else entry.lower()
+        bare = name.lstrip("*").lstrip(".")
+        if name == "*" or any(h == bare or h.endswith("." + bare) for h in hosts):
+            continue
+        if entry not in kept:
+            kept.append(entry)
+    for local in LOCAL_NO_PROXY:
+        if local not in kept:
+            kept.append(local)
+    return ",".join(kept)
+
+
+def agent_env(
+    base: Mapping[str, str],
+    *,
+    proxy_url: str,
+    ca: CAFiles,
+    route: str = "proxy",
+    reverse_urls: Mapping[str, str] | None = None,
+    placeholder_keys: bool = False,
+    model_hosts: Iterable[str] = (),
+) -> dict[str, str]:
+    """The environment for the agent process: ``base`` plus proxy, CA and routing variables.
+
+    ``reverse_urls`` maps a model host to its reverse listener (``http://127.0.0.1:P``)
+    for ``route="base_url"``. ``placeholder_keys`` fills missing API keys (replay).
+    ``model_hosts`` adds hosts (upstream maps, gateways) that NO_PROXY must not bypass.
+    """
+    env = dict(base)
+    for name in PROXY_VARS:
+        env[name] = proxy_url
+    # ALL_PROXY is left as the user set it: every client that reads it prefers the
+    # scheme-specific variables above, and curl treats it as "any protocol" (socks too).
+    hosts = tuple(MODEL_HOSTS) + tuple(model_hosts)
+    no_proxy = no_proxy_value(
+        ",".join(v for v in (base.get("NO_PROXY", ""), base.get("no_proxy", "")) if v), hosts
+    )
+    env["NO_PROXY"] = no_proxy
+    env["no_proxy"] = no_proxy
+
+    bundle, cert = str(ca.bundle), str(ca.cert)
+    # Everything that goes through the proxy is re-signed by the flowproof CA, so every
+    # client that honours the proxy variables must also trust it: the bundle where a
+    # variable REPLACES the trust store, the CA alone where it ADDS to it.
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "AWS_CA_BUNDLE"):
+        env[name] = bundle
+    env["NODE_EXTRA_CA_CERTS"] = cert
+    env["CODEX_CA_CERTIFICATE"] = cert
+    env["DENO_CERT"] = cert
+    # Node 22.21+/24+ built-in fetch honours HTTPS_PROXY only with this opt-in.
+    env["NODE_USE_ENV_PROXY"] = "1"
+    # Claude Code retries a failed call 10 times over minutes; a replay miss or an
+    # injected error should fail fast (AGENTS.md row 8).
+    env.setdefault("CLAUDE_CODE_MAX_RETRIES", "2")
+
+    if route == "base_url":
+        for host, var, suffix in BASE_URL_VARS:
+            url = (reverse_urls or {}).get(host)
+            if url:
+                env[var] = url.rstrip("/") + suffix
+    if placeholder_keys:
+        for name in PLACEHOLDER_KEY_VARS:
+            if not env.get(name):
+                env[name] = PLACEHOLDER_KEY
+    return env
+
+
+def export_lines(env: Mapping[str, str], base: Mapping[str, str]) -> list[str]:
+    """``export NAME=value`` lines (shell-quoted) for the variables ``env`` adds or changes."""
+    import shlex
+
+    return [
+        f"export {name}={shlex.quote(value)}"
+        for name, value in sorted(env.items())
+        if base.get(name) != value
+    ]

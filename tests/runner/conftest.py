@@ -1,0 +1,46 @@
+"""Fixtures for the runner's unit tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from flowproof.runner.env import CAFiles, ensure_ca
+
+HERE = Path(__file__).parent
+FAKE_ADDON = HERE / "fake_addon.py"
+
+
+@pytest.fixture(scope="session")
+def ca_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One CA for the whole session: generating an RSA key costs time."""
+    return tmp_path_factory.mktemp("ca") / "ca"
+
+
+@pytest.fixture(scope="session")
+def ca_files(ca_dir: Path) -> CAFiles:
+    return ensure_ca(ca_dir)
+
+
+def group_alive(pgid: int) -> bool:
+    """True when any process of process group ``pgid`` still exists."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # Zombies still count for killpg; look for live members in /proc.
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False

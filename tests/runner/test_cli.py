@@ -1,0 +1,182 @@
+"""Tests for flowproof.runner.cli: every command and its error paths, through CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from flowproof.errors import FlowproofError
+from flowproof.runner.cli import cli, parse_shard, parse_upstream, run_command, select_shard
+
+from .conftest import FAKE_ADDON
+from .helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events, write_script, write_spec
+
+
+@pytest.fixture
+def fake_env(ca_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Point the CLI at the stand-in addon and the session CA; returns a script setter."""
+    monkeypatch.setenv("FLOWPROOF_ADDON_SCRIPT", str(FAKE_ADDON))
+    monkeypatch.setenv("FLOWPROOF_CA_DIR", str(ca_dir))
+    monkeypatch.delenv("FLOWPROOF_UPSTREAM", raising=False)
+
+    def set_script(**script) -> None:
+        monkeypatch.setenv("FAKE_FLOWPROOF_SCRIPT", str(write_script(tmp_path / "script.json", **script)))
+
+    return set_script
+
+
+def invoke(command, args):
+    return CliRunner().invoke(command, [str(a) for a in args], catch_exceptions=False)
+
+
+class TestRun:
+    def test_replay_pass(self, tmp_path: Path, fake_env) -> None:
+        """A passing replay exits 0 and prints the verdict."""
+        spec = write_spec(tmp_path)
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        res = invoke(run_command, [spec])
+        assert res.exit_code == 0, res.output
+        assert "1 of 1 flow(s) passed" in res.output
+
+    def test_missing_cassette(self, tmp_path: Path, fake_env) -> None:
+        """A missing cassette exits 2 with the record command and no traceback."""
+        spec = write_spec(tmp_path)
+        res = invoke(run_command, [spec])
+        assert res.exit_code == 2
+        assert f"flowproof-run {spec} --record" in res.output
+        assert "Traceback" not in res.output
+
+    def test_bad_spec_points_at_line(self, tmp_path: Path, fake_env) -> None:
+        """A bad spec exits 2 with file:line:col and no traceback."""
+        spec = tmp_path / "bad.flow.yaml"
+        spec.write_text("name: x\napp: agent\nagent:\n  command: a\nsteps:\n  - assert_tool_call: 'q where a matches ['\n")
+        res = invoke(run_command, [spec])
+        assert res.exit_code == 2
+        assert f"{spec}:6:" in res.output
+        assert "Traceback" not in res.output
+
+    def test_json_and_junit(self, tmp_path: Path, fake_env) -> None:
+        """--json prints a machine report and --junit writes XML; exit is the worst code."""
+        spec = write_spec(tmp_path)
+        turns = [BOOKING_TURNS[0], chat_turn(1, text="no")]
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(turns))
+        fake_env(events=turn_events(turns))
+        junit = tmp_path / "out" / "junit.xml"
+        res = invoke(run_command, [spec, "--json", "--junit", junit])
+        assert res.exit_code == 1
+        assert json.loads(res.output)["flows"][0]["exit_code"] == 1
+        assert "<testcase" in junit.read_text()
+
+    def test_several_flows_in_parallel(self, tmp_path: Path, fake_env) -> None:
+        """-j 2 runs two flows and exits with the worst code (here: a missing cassette)."""
+        a = write_spec(tmp_path, name="a")
+        b = write_spec(tmp_path, name="b")
+        (tmp_path / "a.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        res = invoke(run_command, [a, b, "-j", "2"])
+        assert res.exit_code == 2
+        assert "1 of 2 flow(s) passed" in res.output
+
+    def test_cassette_needs_one_spec(self, tmp_path: Path, fake_env) -> None:
+        """--cassette with two specs is a usage error."""
+        res = invoke(run_command, [tmp_path / "a.yaml", tmp_path / "b.yaml", "--cassette", tmp_path / "c.json"])
+        assert res.exit_code == 2 and "exactly one spec" in res.output
+
+    def test_bad_upstream(self, tmp_path: Path, fake_env) -> None:
+        """A malformed --upstream is a usage error saying the format."""
+        res = invoke(run_command, [write_spec(tmp_path), "--upstream", "nonsense"])
+        assert res.exit_code == 2 and "HOST=URL" in res.output
+
+    def test_upstream_reaches_addon(self, tmp_path: Path, fake_env, monkeypatch: pytest.MonkeyPatch) -> None:
+        """--upstream and FLOWPROOF_UPSTREAM are passed to the addon, in that order."""
+        spec = write_spec(tmp_path)
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        monkeypatch.setenv("FLOWPROOF_UPSTREAM", "api.anthropic.com=http://127.0.0.1:2")
+        res = invoke(run_command, [spec, "--upstream", "api.openai.com=http://127.0.0.1:1", "--json"])
+        assert res.exit_code == 0, res.output
+        assert "proxy_startup_seconds" in res.output
+
+
+class TestHelpers:
+    def test_shard_selection_is_deterministic(self) -> None:
+        """Shards split the sorted specs round-robin and cover each exactly once."""
+        specs = [Path(f"s{i}.flow.yaml") for i in (3, 1, 2, 4)]
+        parts = [select_shard(specs, (i, 2)) for i in (1, 2)]
+        assert parts == [[Path("s1.flow.yaml"), Path("s3.flow.yaml")], [Path("s2.flow.yaml"), Path("s4.flow.yaml")]]
+
+    @pytest.mark.parametrize("value", ["0/2", "3/2", "a/b", "1"])
+    def test_bad_shard(self, value: str) -> None:
+        """A malformed --shard raises a usage error."""
+        with pytest.raises(FlowproofError, match="I/N"):
+            parse_shard(value)
+
+    def test_upstream_merge(self) -> None:
+        """FLOWPROOF_UPSTREAM entries come first, then the options."""
+        assert parse_upstream(["b=http://x"], "a=http://y, ") == ("a=http://y", "b=http://x")
+
+
+class TestCheck:
+    def test_all_valid(self, tmp_path: Path) -> None:
+        """Valid specs exit 0 with 'N specs OK'."""
+        res = invoke(cli, ["check", write_spec(tmp_path, name="a"), write_spec(tmp_path, name="b")])
+        assert res.exit_code == 0 and "2 specs OK" in res.output
+
+    def test_invalid_listed(self, tmp_path: Path) -> None:
+        """Every problem is printed and the exit code is 2."""
+        bad = tmp_path / "bad.flow.yaml"
+        bad.write_text("name: x\n")
+        res = invoke(cli, ["check", write_spec(tmp_path), bad])
+        assert res.exit_code == 2
+        assert f"{bad}:" in res.output and "1 spec OK, 1 invalid" in res.output
+
+
+class TestDiffShow:
+    def test_diff(self, tmp_path: Path) -> None:
+        """flowproof diff prints the moved argument."""
+        old, new = tmp_path / "old.json", tmp_path / "new.json"
+        old.write_text(cassette_text(BOOKING_TURNS))
+        new.write_text(cassette_text([BOOKING_TURNS[0], chat_turn(1, call=("create_booking", {"flight": {"id": "KQ999"}})), BOOKING_TURNS[2]]))
+        res = invoke(cli, ["diff", old, new])
+        assert res.exit_code == 0 and "flight.id: KQ311 -> KQ999" in res.output
+
+    def test_diff_same(self, tmp_path: Path) -> None:
+        """Identical cassettes say there is no change."""
+        old = tmp_path / "old.json"
+        old.write_text(cassette_text(BOOKING_TURNS))
+        assert "no change" in invoke(cli, ["diff", old, old]).output
+
+    def test_show_corrupt_cassette(self, tmp_path: Path) -> None:
+        """A corrupt cassette exits 2 with one paragraph and no traceback."""
+        bad = tmp_path / "c.json"
+        bad.write_text("{not json")
+        res = invoke(cli, ["show", bad])
+        assert res.exit_code == 2 and "not valid JSON" in res.output and "Traceback" not in res.output
+
+    def test_show(self, tmp_path: Path) -> None:
+        """flowproof show prints the conversation."""
+        c = tmp_path / "c.json"
+        c.write_text(cassette_text(BOOKING_TURNS))
+        res = invoke(cli, ["show", c])
+        assert res.exit_code == 0 and "→ tool call search_flights" in res.output
+
+
+class TestEnv:
+    def test_exports(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """flowproof env prints shell exports for the proxy and the CA."""
+        monkeypatch.setenv("FLOWPROOF_CA_DIR", str(tmp_path / "ca"))
+        res = invoke(cli, ["env", "--proxy-port", "9123"])
+        assert res.exit_code == 0
+        assert "export HTTPS_PROXY=http://127.0.0.1:9123" in res.output
+        assert f"export SSL_CERT_FILE={tmp_path / 'ca'}" in res.output
+
+    def test_base_url_exports(self, tmp_path: Path, ca_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """--base-url exports the reverse listeners on the ports after the proxy port."""
+        monkeypatch.setenv("FLOWPROOF_CA_DIR", str(ca_dir))
+        res = invoke(cli, ["env", "--proxy-port", "9123", "--base-url"])
+        assert "export OPENAI_BASE_URL=http://127.0.0.1:9124/v1" in res.output
+        assert "export ANTHROPIC_BASE_URL=http://127.0.0.1:9125" in res.output

@@ -1,0 +1,205 @@
+"""Tests for flowproof.runner.flow: one flow run against the stand-in addon."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from flowproof.errors import (
+    EXIT_AGENT,
+    EXIT_ASSERTION,
+    EXIT_DIVERGENCE,
+    EXIT_DRIFT,
+    EXIT_OK,
+    EXIT_USAGE,
+)
+from flowproof.runner.flow import RunOptions, rejected_path, run_flow, staging_path
+
+from .conftest import FAKE_ADDON
+from .helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events, write_script, write_spec
+
+
+@pytest.fixture
+def opts(ca_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """RunOptions factory using the stand-in addon and the session CA."""
+    monkeypatch.setenv("FLOWPROOF_ADDON_SCRIPT", str(FAKE_ADDON))
+
+    def make(script: dict | None = None, **kw) -> RunOptions:
+        if script is not None:
+            monkeypatch.setenv("FAKE_FLOWPROOF_SCRIPT", str(write_script(tmp_path / "script.json", **script)))
+        return RunOptions(ca_dir=ca_dir, **kw)
+
+    return make
+
+
+def with_cassette(spec: Path, turns=BOOKING_TURNS, route: str = "proxy") -> Path:
+    cassette = spec.parent / "booking.cassette.json"
+    cassette.write_text(cassette_text(turns, route))
+    return cassette
+
+
+class TestReplay:
+    def test_passing_flow(self, tmp_path: Path, opts) -> None:
+        """A replay whose turns satisfy every step passes with exit 0."""
+        spec = write_spec(tmp_path)
+        with_cassette(spec)
+        result = run_flow(spec, opts({"events": turn_events(BOOKING_TURNS)}))
+        assert result.exit_code == EXIT_OK, result
+        assert [s.passed for s in result.steps] == [True, True, True]
+        assert result.reply == "Your flight is booked: B-1042."
+        assert result.tool_calls == ("search_flights", "create_booking")
+        assert result.startup_seconds and result.startup_seconds > 0
+
+    def test_missing_cassette_names_record_command(self, tmp_path: Path, opts) -> None:
+        """Replay without a cassette fails with exit 2 and the exact record command."""
+        spec = write_spec(tmp_path)
+        result = run_flow(spec, opts())
+        assert result.exit_code == EXIT_USAGE
+        assert f"flowproof-run {shlex.quote(str(spec))} --record" in (result.error or "")
+
+    def test_divergence_wins_over_agent_exit(self, tmp_path: Path, opts) -> None:
+        """A divergence is exit 3 even when the agent then exits non-zero."""
+        spec = write_spec(tmp_path, command="exit 1")
+        with_cassette(spec)
+        events = [{"event": "request_started", "id": "1"},
+                  {"event": "divergence", "id": "1", "text": "book.flight.id: recorded KQ311, replayed KQ999"}]
+        result = run_flow(spec, opts({"events": events}))
+        assert result.exit_code == EXIT_DIVERGENCE
+        assert "KQ999" in result.divergences[0]
+        assert result.steps == ()
+
+    def test_unconsumed_turns_are_missing_calls(self, tmp_path: Path, opts) -> None:
+        """Recorded turns never requested make the flow fail with exit 3."""
+        spec = write_spec(tmp_path)
+        with_cassette(spec)
+        result = run_flow(spec, opts({"events": turn_events(BOOKING_TURNS[:2]), "done": {"unconsumed": [2]}}))
+        assert result.exit_code == EXIT_DIVERGENCE
+        assert "turn 2" in (result.missing or "")
+
+    def test_failed_assertion_is_exit_1(self, tmp_path: Path, opts) -> None:
+        """A trajectory without the booking call fails its assertion with exit 1."""
+        spec = write_spec(tmp_path)
+        turns = [BOOKING_TURNS[0], chat_turn(1, text="Sorry, I could not book.")]
+        with_cassette(spec, turns)
+        result = run_flow(spec, opts({"events": turn_events(turns)}))
+        assert result.exit_code == EXIT_ASSERTION
+        assert [s.passed for s in result.steps] == [True, False, False]
+
+    def test_route_mismatch_is_refused(self, tmp_path: Path, opts) -> None:
+        """A cassette recorded on another route is refused before anything starts."""
+        spec = write_spec(tmp_path)
+        with_cassette(spec, route="base_url")
+        result = run_flow(spec, opts())
+        assert result.exit_code == EXIT_USAGE
+        assert "route `base_url`" in (result.error or "")
+
+    def test_agent_env_and_prompt(self, tmp_path: Path, opts) -> None:
+        """The agent sees the proxy, the CA bundle, FLOWPROOF_PROMPT and placeholder keys in replay."""
+        dump = tmp_path / "env.json"
+        code = f"import json,os; json.dump(dict(os.environ), open({str(dump)!r}, 'w'))"
+        spec = write_spec(tmp_path, command=f"{sys.executable} -c {shlex.quote(code)}")
+        with_cassette(spec)
+        run_flow(spec, opts({"events": turn_events(BOOKING_TURNS)}, environ={"PATH": "/usr/bin:/bin"}))
+        env = json.loads(dump.read_text())
+        assert env["HTTPS_PROXY"].startswith("http://127.0.0.1:")
+        assert env["FLOWPROOF_PROMPT"] == "Book me a flight to Nairobi tomorrow"
+        assert env["OPENAI_API_KEY"] == "flowproof-replay-placeholder"
+        assert Path(env["SSL_CERT_FILE"]).is_file()
+
+    def test_unset_variable_is_spec_error(self, tmp_path: Path, opts) -> None:
+        """An unset ${VAR} in the spec fails with exit 2 naming the variable."""
+        spec = write_spec(tmp_path, command="run ${AGENT_BIN_FOR_TEST}")
+        result = run_flow(spec, opts(environ={}))
+        assert result.exit_code == EXIT_USAGE
+        assert "AGENT_BIN_FOR_TEST" in (result.error or "")
+
+
+class TestAgentFailures:
+    def test_timeout_names_tls_failure(self, tmp_path: Path, opts) -> None:
+        """A hanging agent is stopped at the timeout and the TLS failure is named as the cause."""
+        spec = write_spec(tmp_path, command="sleep 30", timeout=1)
+        with_cassette(spec)
+        events = [{"event": "tls_failed", "host": "api.openai.com",
+                   "text": "client does not trust the proxy's certificate for api.openai.com"}]
+        result = run_flow(spec, opts({"events": events}))
+        assert result.exit_code == EXIT_AGENT
+        assert "within 1s" in (result.error or "")
+        assert "does not trust" in (result.error or "")
+        assert result.duration < 15
+
+    def test_crash_is_exit_5_with_output(self, tmp_path: Path, opts) -> None:
+        """An agent that exits non-zero is an agent failure showing its last output line."""
+        spec = write_spec(tmp_path, command="echo boom-from-agent >&2; exit 3")
+        with_cassette(spec)
+        result = run_flow(spec, opts({"events": []}))
+        assert result.exit_code == EXIT_AGENT
+        assert "code 3" in (result.error or "") and "boom-from-agent" in (result.error or "")
+
+    def test_command_not_found(self, tmp_path: Path, opts) -> None:
+        """A missing program is an AgentError saying the command was not found."""
+        spec = write_spec(tmp_path, command="no-such-agent-binary-xyz")
+        with_cassette(spec)
+        result = run_flow(spec, opts({"events": []}))
+        assert result.exit_code == EXIT_AGENT
+        assert "not found" in (result.error or "")
+
+
+class TestRecord:
+    def test_passing_recording_replaces_cassette_with_heal_diff(self, tmp_path: Path, opts) -> None:
+        """A passing recording replaces the old cassette and the heal diff names the moved argument."""
+        spec = write_spec(tmp_path)
+        old_turns = [BOOKING_TURNS[0], chat_turn(1, call=("create_booking", {"flight": {"id": "KQ999"}})),
+                     BOOKING_TURNS[2]]
+        cassette = with_cassette(spec, old_turns)
+        new_text = cassette_text(BOOKING_TURNS)
+        result = run_flow(spec, opts({"events": turn_events(BOOKING_TURNS), "cassette": new_text}, mode="record"))
+        assert result.exit_code == EXIT_OK, result
+        assert cassette.read_text() == new_text
+        assert not staging_path(cassette).exists()
+        assert "create_booking flight.id: KQ999 -> KQ311" in (result.heal_diff or "")
+
+    def test_failing_recording_keeps_old_cassette(self, tmp_path: Path, opts) -> None:
+        """A recording that fails its assertions leaves the old cassette byte-identical and is set aside."""
+        spec = write_spec(tmp_path)
+        cassette = with_cassette(spec)
+        before = cassette.read_bytes()
+        bad = [BOOKING_TURNS[0], chat_turn(1, text="I cannot do that.")]
+        result = run_flow(spec, opts({"events": turn_events(bad), "cassette": cassette_text(bad)}, mode="record"))
+        assert result.exit_code == EXIT_ASSERTION
+        assert cassette.read_bytes() == before
+        assert result.rejected == rejected_path(cassette)
+        assert json.loads(rejected_path(cassette).read_text())["turns"][1]["index"] == 1
+
+    def test_record_needs_no_cassette(self, tmp_path: Path, opts) -> None:
+        """Recording a new spec writes the cassette and no heal diff."""
+        spec = write_spec(tmp_path)
+        text = cassette_text(BOOKING_TURNS)
+        result = run_flow(spec, opts({"events": turn_events(BOOKING_TURNS), "cassette": text}, mode="record"))
+        assert result.exit_code == EXIT_OK
+        assert result.heal_diff is None
+        assert (tmp_path / "booking.cassette.json").read_text() == text
+
+
+class TestCompare:
+    def test_drift_is_exit_4_and_cassette_untouched(self, tmp_path: Path, opts) -> None:
+        """Drift fails compare with exit 4 and never writes the cassette."""
+        spec = write_spec(tmp_path)
+        cassette = with_cassette(spec)
+        before = cassette.read_bytes()
+        events = turn_events(BOOKING_TURNS) + [{"event": "drift", "id": "2", "text": "text: different"}]
+        result = run_flow(spec, opts({"events": events}, mode="compare"))
+        assert result.exit_code == EXIT_DRIFT
+        assert cassette.read_bytes() == before
+
+    def test_handler_absorbs_drift(self, tmp_path: Path, opts) -> None:
+        """With a compare handler named, drift does not fail the run."""
+        spec = write_spec(tmp_path)
+        with_cassette(spec)
+        events = turn_events(BOOKING_TURNS) + [{"event": "drift", "id": "2", "text": "text: different"}]
+        result = run_flow(spec, opts({"events": events}, mode="compare", compare_handler="mod:fn"))
+        assert result.exit_code == EXIT_OK
+        assert result.events[0]["options"]["compare_handler"] == "mod:fn"

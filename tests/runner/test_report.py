@@ -1,0 +1,108 @@
+"""Tests for flowproof.runner.report: text, JSON, JUnit, heal diff, show."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+from flowproof.cassette import loads_cassette
+from flowproof.errors import EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_OK
+from flowproof.runner.flow import FlowResult, StepResult
+from flowproof.runner.report import (
+    diff_cassettes,
+    junit_xml,
+    render_json,
+    render_text,
+    show_cassette,
+    worst_exit,
+)
+
+from .helpers import BOOKING_TURNS, cassette_text, chat_turn
+
+
+def result(code: int = EXIT_OK, **kw) -> FlowResult:
+    base = dict(spec_path=Path("booking.flow.yaml"), name="Booking", mode="replay", exit_code=code,
+                cassette=Path("booking.cassette.json"))
+    base.update(kw)
+    return FlowResult(**base)
+
+
+def cassette(turns, route="proxy"):
+    return loads_cassette(cassette_text(turns, route), "c.json")
+
+
+class TestText:
+    def test_passing_flow(self) -> None:
+        """A passing flow shows ✓ per step and ends with 'Nothing to do.'."""
+        text = render_text([result(steps=(StepResult(True, "ok", None, "assert: reply contains booked"),))])
+        assert "✓ Booking [replay]" in text and "✓ assert: reply contains booked" in text
+        assert text.endswith("Nothing to do.")
+
+    def test_failing_step_shows_message_and_location(self) -> None:
+        """A failed step shows ✗, its location and its message."""
+        step = StepResult(False, "the agent has not replied", "booking.flow.yaml:9:5", "assert: reply contains booked")
+        text = render_text([result(EXIT_ASSERTION, steps=(step,))])
+        assert "✗ assert: reply contains booked (booking.flow.yaml:9:5)" in text
+        assert "the agent has not replied" in text
+        assert text.splitlines()[-1].startswith("Fix the agent")
+
+    def test_divergence_says_how_to_rerecord(self) -> None:
+        """A divergence report includes its text and ends with the record command."""
+        text = render_text([result(EXIT_DIVERGENCE, divergences=("book.flight.id: recorded KQ311, replayed KQ999",))])
+        assert "replayed KQ999" in text
+        assert "flowproof-run booking.flow.yaml --record" in text.splitlines()[-1]
+
+    def test_worst_exit(self) -> None:
+        """Several flows exit with the worst code."""
+        assert worst_exit([result(EXIT_OK), result(EXIT_DIVERGENCE), result(EXIT_ASSERTION)]) == EXIT_DIVERGENCE
+        assert worst_exit([]) == EXIT_OK
+
+
+class TestMachine:
+    def test_json(self) -> None:
+        """The JSON report carries the exit code and each flow's verdict."""
+        doc = json.loads(render_json([result(EXIT_ASSERTION)]))
+        assert doc["exit_code"] == EXIT_ASSERTION
+        assert doc["flows"][0]["verdict"] == "assertion failed"
+
+    def test_junit(self) -> None:
+        """JUnit XML has one testcase per flow and marks failures."""
+        root = ET.fromstring(junit_xml([result(), result(EXIT_DIVERGENCE, name="Other")]).split("\n", 1)[1])
+        assert root.get("tests") == "2" and root.get("failures") == "1"
+        cases = root.findall("testcase")
+        assert cases[0].find("failure") is None
+        assert cases[1].find("failure") is not None
+
+
+class TestDiff:
+    def test_identical_is_empty(self) -> None:
+        """Two equal cassettes have an empty heal diff."""
+        assert diff_cassettes(cassette(BOOKING_TURNS), cassette(BOOKING_TURNS)) == ""
+
+    def test_moved_argument_and_text(self) -> None:
+        """A moved argument path and changed text are named per turn."""
+        new = [BOOKING_TURNS[0], chat_turn(1, call=("create_booking", {"flight": {"id": "KQ999"}})),
+               chat_turn(2, text="Booked!")]
+        diff = diff_cassettes(cassette(BOOKING_TURNS), cassette(new))
+        assert "turn 1: create_booking flight.id: KQ311 -> KQ999" in diff
+        assert "turn 2: text:" in diff and "'Booked!'" in diff
+
+    def test_turns_and_calls_added_removed(self) -> None:
+        """Added turns and replaced tool calls are reported."""
+        new = [BOOKING_TURNS[0], chat_turn(1, call=("cancel_booking", {})), BOOKING_TURNS[2], chat_turn(3, text="bye")]
+        diff = diff_cassettes(cassette(BOOKING_TURNS), cassette(new))
+        assert "turn 1: tool call 0: create_booking -> cancel_booking" in diff
+        assert "turn 3: added" in diff
+        assert "turn 3: removed" in diff_cassettes(cassette(new), cassette(BOOKING_TURNS))
+
+
+class TestShow:
+    def test_conversation(self) -> None:
+        """show prints each turn with model, user text, tool calls and the reply."""
+        text = show_cassette(cassette(BOOKING_TURNS), "c.json")
+        assert text.startswith("c.json: 3 turn(s), route proxy")
+        assert "model: gpt-4o" in text
+        assert "user: 'Book me a flight'" in text
+        assert '→ tool call create_booking {"flight":{"id":"KQ311"}}' in text
+        assert "Your flight is booked: B-1042." in text
