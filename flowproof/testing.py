@@ -12,6 +12,7 @@ of `Reply` values served in order::
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="test-key")
         ...
         assert server.requests[0].json["model"] == "gpt-4o"
+        exchange = server.exchanges[0]  # the request and the exact response bytes sent
 
 It is deliberately stdlib only and imports nothing from ``flowproof.wire``: it is
 an independent producer of each provider's bytes, so codec tests against it mean
@@ -48,12 +49,14 @@ from urllib.parse import parse_qsl, urlsplit
 from flowproof.errors import FlowproofError
 
 __all__ = [
+    "Exchange",
     "FakeModelServer",
     "ReceivedRequest",
     "Reply",
     "Script",
     "ScriptError",
     "ScriptedCall",
+    "SentResponse",
     "load_script",
     "main",
 ]
@@ -361,6 +364,78 @@ class ReceivedRequest:
     body: bytes
     json: Any
     api: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SentResponse:
+    """What the server wrote back for one request, as handed to the socket.
+
+    ``headers`` are the response headers in the order sent (lowercase names).
+    ``chunks`` are the payloads written: the whole body for a plain answer, one
+    element per stream event (or JSON-array piece) for a stream, WITHOUT the
+    chunked transfer framing; ``body`` joins them, i.e. the de-chunked payload a
+    client reads. ``complete`` is False when a scripted cut (``cut_after``) or a
+    stop ended the answer early, or while the answer is still being written.
+    """
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    chunks: tuple[bytes, ...]
+    complete: bool
+
+    @property
+    def body(self) -> bytes:
+        """The payload bytes exactly as written, chunk framing removed."""
+        return b"".join(self.chunks)
+
+    @property
+    def content_type(self) -> str:
+        """The ``content-type`` header sent, or ``""``."""
+        return next((v for k, v in self.headers if k.lower() == "content-type"), "")
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One received request with the response written for it (``None`` until its headers went out)."""
+
+    request: ReceivedRequest
+    response: SentResponse | None
+
+
+class _ExchangeRecord:
+    """The mutable, lock-guarded record behind one `Exchange`, filled in by the handler thread."""
+
+    __slots__ = ("chunks", "complete", "headers", "lock", "request", "status")
+
+    def __init__(self, request: ReceivedRequest) -> None:
+        self.request = request
+        self.lock = threading.Lock()
+        self.status: int | None = None
+        self.headers: tuple[tuple[str, str], ...] = ()
+        self.chunks: list[bytes] = []
+        self.complete = False
+
+    def start(self, status: int, headers: Iterable[tuple[str, str]]) -> None:
+        with self.lock:
+            self.status, self.headers = status, tuple(headers)
+
+    def add(self, payload: bytes, *, last: bool) -> None:
+        # Recorded BEFORE the bytes are written, so a client that has read them
+        # always finds them here (no race with the handler thread).
+        with self.lock:
+            self.chunks.append(payload)
+            self.complete = self.complete or last
+
+    def finish(self) -> None:
+        with self.lock:
+            self.complete = True
+
+    def snapshot(self) -> Exchange:
+        with self.lock:
+            if self.status is None:
+                return Exchange(self.request, None)
+            return Exchange(self.request, SentResponse(self.status, self.headers, tuple(self.chunks),
+                                                       self.complete))
 
 
 def detect_api(method: str, path: str) -> str | None:
@@ -746,14 +821,24 @@ class _Handler(BaseHTTPRequestHandler):
     # An idle keep-alive connection is dropped after this long, so a left-open client cannot pin a thread.
     timeout = 30
     server: _HTTPServer
+    # The headers of the response being written, and the exchange it is recorded in.
+    _sent_headers: list[tuple[str, str]]
+    _exchange: _ExchangeRecord | None = None
     server_version = "flowproof-fake-model"
     sys_version = ""
 
     def send_response(self, code: int, message: str | None = None) -> None:
         """Status line and Server header only: no Date header, so answers are byte-reproducible."""
+        self._sent_headers = []
         self.log_request(code)
         self.send_response_only(code, message)
         self.send_header("server", self.server_version)
+
+    def send_header(self, keyword: str, value: str) -> None:
+        """Send a header and remember it for the request's `Exchange`."""
+        if hasattr(self, "_sent_headers"):
+            self._sent_headers.append((keyword, value))
+        super().send_header(keyword, value)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the default per-request stderr line; the CLI logs its own."""
@@ -805,10 +890,12 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             parsed = None
         api = detect_api(self.command, path)
-        fake._record(ReceivedRequest(
+        request = ReceivedRequest(
             method=self.command, path=path, query=dict(parse_qsl(split.query, keep_blank_values=True)),
             headers={k.lower(): v for k, v in self.headers.items()}, body=body, json=parsed, api=api,
-        ))
+        )
+        fake._record(request)
+        self._exchange = fake._open_exchange(request)
         if self.command == "GET" and path == "/health":
             self._write(_Rendered(200, "application/json", body=b'{"status":"ok"}'), None)
             return
@@ -837,6 +924,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _write(self, rendered: _Rendered, reply: Reply | None) -> None:
         cut = reply.cut_after if reply else None
         first_delay = reply.first_chunk_delay if reply else 0.0
+        # Set by _handle once the request is recorded (an unreadable body has no record).
+        record, self._exchange = self._exchange, None
         try:
             if rendered.events is None:
                 if not self._sleep(first_delay):
@@ -846,22 +935,34 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("content-length", str(len(rendered.body)))
                 for name, value in rendered.headers:
                     self.send_header(name, value)
+                if record is not None:
+                    record.start(rendered.status, self._sent_headers)
                 self.end_headers()
                 if cut is not None:
+                    if record is not None:
+                        record.add(rendered.body[:cut], last=cut >= len(rendered.body))
                     self.wfile.write(rendered.body[:cut])
                     return self._abort()
+                if record is not None:
+                    record.add(rendered.body, last=True)
                 self.wfile.write(rendered.body)
                 return None
             self.send_response(rendered.status)
             self.send_header("content-type", rendered.content_type)
             self.send_header("cache-control", "no-cache")
             self.send_header("transfer-encoding", "chunked")
+            if record is not None:
+                record.start(rendered.status, self._sent_headers)
+                if not rendered.events:
+                    record.finish()
             self.end_headers()
             for i, event in enumerate(rendered.events):
                 if cut is not None and i >= cut:
                     return self._abort()
                 if not self._sleep(first_delay if i == 0 else (reply.chunk_delay if reply else 0.0)):
                     return self._abort()
+                if record is not None:
+                    record.add(event, last=i == len(rendered.events) - 1)
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
@@ -926,6 +1027,7 @@ class FakeModelServer:
         self._queue: deque[Reply] = deque(self._check(script))
         self._lanes: dict[str, deque[Reply]] = {k: deque(self._check(v)) for k, v in (lanes or {}).items()}
         self._requests: list[ReceivedRequest] = []
+        self._exchanges: list[_ExchangeRecord] = []
         self._served = 0
         self._tool_counter = 0
         self._stopping = threading.Event()
@@ -1015,6 +1117,22 @@ class FakeModelServer:
         return [r for r in self.requests if r.api is not None]
 
     @property
+    def exchanges(self) -> list[Exchange]:
+        """Every request with the exact response bytes written for it, in arrival order (snapshots).
+
+        A response's bytes are recorded just before they are written, so once a
+        client has read an answer its `Exchange` already holds it.
+        """
+        with self._lock:
+            records = list(self._exchanges)
+        return [record.snapshot() for record in records]
+
+    @property
+    def model_exchanges(self) -> list[Exchange]:
+        """The exchanges whose request was a model call (``request.api`` is set)."""
+        return [e for e in self.exchanges if e.request.api is not None]
+
+    @property
     def calls_served(self) -> int:
         """How many model calls were answered from the script (errors included)."""
         with self._lock:
@@ -1051,6 +1169,12 @@ class FakeModelServer:
     def _record(self, request: ReceivedRequest) -> None:
         with self._lock:
             self._requests.append(request)
+
+    def _open_exchange(self, request: ReceivedRequest) -> _ExchangeRecord:
+        record = _ExchangeRecord(request)
+        with self._lock:
+            self._exchanges.append(record)
+        return record
 
     def _log(self, line: str) -> None:
         if self._log_stream is not None:

@@ -215,7 +215,7 @@ class AnthropicCodec:
             for b, block in enumerate(_list(content, f"{where}.content")):
                 bwhere = f"{where}.content[{b}]"
                 block = _object(block, bwhere)
-                kind = block.get("type")
+                kind = _opt_str(block.get("type"), f"{bwhere}.type")
                 if kind == "text":
                     text_size += len(_str(block.get("text"), f"{bwhere}.text"))
                 elif kind in _TOOL_USE_TYPES:
@@ -405,6 +405,8 @@ class AnthropicCodec:
                 if not isinstance(block, dict):
                     continue
                 kind = block.get("type")
+                if not isinstance(kind, str):
+                    continue
                 if kind in _TOOL_USE_TYPES:
                     if isinstance(block.get("id"), str) and isinstance(block.get("name"), str):
                         names_by_id[block["id"]] = block["name"]

@@ -79,7 +79,7 @@ def _walk_outputs(items: list[Any]) -> list[tuple[int, str | None, str | None]]:
     found: list[tuple[int, str | None, str | None]] = []
     for i, item in enumerate(items):
         item = expect_object(NAME, f"input[{i}]", item)
-        kind = item.get("type")
+        kind = optional_str(item.get("type"))
         call_id = optional_str(item.get("call_id"))
         if kind in _CALL_TYPES and call_id and isinstance(item.get("name"), str):
             names[call_id] = item["name"]
@@ -276,7 +276,7 @@ class OpenAIResponsesCodec:
             if role in _SYSTEM_ROLES and text:
                 system.append(text)
             size += len(text)
-            kind = item.get("type")
+            kind = optional_str(item.get("type"))
             if kind in _CALL_TYPES:
                 size += len(str(item.get(_CALL_TYPES[kind]) or ""))
             elif kind in _OUTPUT_TYPES:

@@ -49,3 +49,29 @@ def test_protocol_lists_the_expected_methods() -> None:
             "rewrite_tool_results",
         ]
     )
+
+
+ODD_VALUES = [[1], {"a": 1}, None, 3]
+ODD_BODIES = {
+    "anthropic": lambda v: {"model": "m", "messages": [{"role": "user", "content": [{"type": v}]}]},
+    "openai-chat": lambda v: {"model": "m", "messages": [{"role": v, "content": "x"}]},
+    "openai-responses": lambda v: {"model": "m", "input": [{"type": v, "role": v, "call_id": "c"}]},
+    "gemini": lambda v: {"contents": [{"role": v, "parts": [{"text": "x"}]}]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD_BODIES))
+@pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
+def test_odd_discriminators_raise_only_wire_errors(name: str, value: object) -> None:
+    """A list or object where a type or role string belongs is a WireError or accepted, never a crash."""
+    import json
+
+    from flowproof.errors import WireError
+
+    codec = wire.codec_by_name(name)
+    body = json.dumps(ODD_BODIES[name](value)).encode()
+    for parse in (codec.parse_request, lambda b: codec.rewrite_tool_results(b, {"n": 1})):
+        try:
+            parse(body)
+        except WireError:
+            pass
