@@ -22,6 +22,7 @@ True
 from __future__ import annotations
 
 import hashlib
+import functools
 import json
 import os
 import tempfile
@@ -249,7 +250,8 @@ def _event_to_json(e: SSEEvent) -> dict[str, Any]:
     return out
 
 
-def _turn_to_json(t: RecordedTurn) -> dict[str, Any]:
+def turn_to_json(t: RecordedTurn) -> dict[str, Any]:
+    """One turn as the JSON object the cassette (and the addon's event log) stores."""
     req = t.request
     resp = t.response
     response: dict[str, Any] = {"status": resp.status, "headers": dict(resp.headers)}
@@ -273,6 +275,7 @@ def _turn_to_json(t: RecordedTurn) -> dict[str, Any]:
     }
 
 
+@functools.cache
 def _generator() -> str:
     try:
         from importlib.metadata import version
@@ -288,7 +291,7 @@ def dumps_cassette(cassette: Cassette) -> str:
         "format": cassette.format,
         "generator": _generator(),
         "route": cassette.route,
-        "turns": [_turn_to_json(t) for t in cassette.turns],
+        "turns": [turn_to_json(t) for t in cassette.turns],
     }
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 

@@ -1,0 +1,44 @@
+"""The JSON-lines event log the runner reads (``flowproof_report``; schema in docs/internals.md).
+
+One JSON object a line, flushed per line, so a runner polling the file sees
+each event as soon as it happens. mitmproxy runs every hook on one event
+loop, so no locking is needed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["EventLog"]
+
+
+class EventLog:
+    """Appends events to ``path``; with no path every `write` is a no-op.
+
+    The file is opened lazily on the first event, in append mode, so a run that
+    shares one log between several proxies (or restarts one) never truncates it.
+    """
+
+    __slots__ = ("_file", "path")
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._file: IO[str] | None = None
+
+    def write(self, event: str, **fields: Any) -> None:
+        """Write ``{"event": event, **fields}`` as one line and flush it."""
+        if self.path is None:
+            return
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 — kept open for the run
+        line = json.dumps({"event": event, **fields}, ensure_ascii=False, default=str)
+        self._file.write(line + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        """Close the file (a later `write` reopens it)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -1,0 +1,416 @@
+"""The addon's hooks, driven directly with mitmproxy's test flows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mitmproxy import exceptions, http
+from mitmproxy.test import tflow, tutils
+
+from flowproof.cassette import load_cassette
+from flowproof.wire.sse import encode_events
+
+from .conftest import (
+    CHAT_PATH,
+    SYSTEM,
+    Harness,
+    chat_body,
+    chat_events,
+    chat_turn,
+    model_flow,
+    write_cassette,
+)
+
+SPEC = """\
+name: Booking
+app: agent
+agent:
+  command: python agent.py
+tools:
+  - name: search_flights
+    result: { flights: [ { id: KQ311 } ] }
+steps:
+  - prompt: Book me a flight
+"""
+
+
+def tool_round_body(result: str) -> bytes:
+    """A chat request that carries a search_flights tool result."""
+    body = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Book"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "search_flights", "arguments": "{\"dest\":\"NBO\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": result},
+        ],
+        "stream": True,
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def sse_response(flow: http.HTTPFlow) -> None:
+    flow.response = tutils.tresp(
+        status_code=200, headers=http.Headers([(b"content-type", b"text/event-stream")]), content=b""
+    )
+
+
+def stream_through(h: Harness, flow: http.HTTPFlow, chunks: list[bytes]) -> list[bytes]:
+    """Run the response side of a streamed flow; return what the client received."""
+    sse_response(flow)
+    h.addon.responseheaders(flow)
+    stream: Any = flow.response.stream  # type: ignore[union-attr]
+    assert callable(stream)
+    out = [stream(c) for c in chunks]
+    out.append(stream(b""))
+    h.addon.response(flow)
+    return out
+
+
+def json_response(flow: http.HTTPFlow, body: dict[str, Any]) -> None:
+    flow.response = tutils.tresp(
+        status_code=200, headers=http.Headers([(b"content-type", b"application/json")]),
+        content=json.dumps(body).encode(),
+    )
+
+
+class TestOptions:
+    def test_bad_mode_is_refused(self, harness: Harness):
+        """An unknown mode is an OptionsError."""
+        with pytest.raises(exceptions.OptionsError):
+            harness.configure(flowproof_mode="playback")
+
+    def test_bad_upstream_names_the_value(self, harness: Harness, tmp_path: Path):
+        """A malformed upstream map fails configure with the value in the message."""
+        with pytest.raises(exceptions.OptionsError, match="nonsense"):
+            harness.configure(flowproof_mode="record", flowproof_cassette=str(tmp_path / "c.json"),
+                              flowproof_upstream=["nonsense"])
+
+    def test_bad_compare_handler_is_refused(self, harness: Harness, tmp_path: Path):
+        """A compare handler that cannot be imported fails configure."""
+        path = write_cassette(tmp_path / "c.json")
+        with pytest.raises(exceptions.OptionsError, match="no_such_module_xyz"):
+            harness.configure(flowproof_mode="compare", flowproof_cassette=str(path),
+                              flowproof_compare_handler="no_such_module_xyz:f")
+
+    def test_missing_cassette_says_how_to_record(self, harness: Harness, tmp_path: Path):
+        """Replay of a missing cassette fails configure and names the record command."""
+        with pytest.raises(exceptions.OptionsError, match="record"):
+            harness.configure(flowproof_mode="replay", flowproof_cassette=str(tmp_path / "none.json"))
+
+    def test_replay_without_cassette_path_is_refused(self, harness: Harness):
+        """Replay with no cassette option at all fails configure."""
+        with pytest.raises(exceptions.OptionsError, match="flowproof_cassette"):
+            harness.configure(flowproof_mode="replay")
+
+    def test_record_into_missing_directory_is_refused(self, harness: Harness, tmp_path: Path):
+        """Recording into a directory that does not exist fails before any traffic."""
+        with pytest.raises(exceptions.OptionsError, match="does not exist"):
+            harness.configure(flowproof_mode="record", flowproof_cassette=str(tmp_path / "no" / "c.json"))
+
+    def test_route_mismatch_is_refused(self, harness: Harness, tmp_path: Path):
+        """Replay refuses a cassette recorded on the other route."""
+        path = write_cassette(tmp_path / "c.json", route="base_url")
+        with pytest.raises(exceptions.OptionsError, match="route"):
+            harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
+
+    def test_bad_spec_is_refused(self, harness: Harness, tmp_path: Path):
+        """An invalid spec fails configure naming the spec option."""
+        spec = tmp_path / "bad.flow.yaml"
+        spec.write_text("name: [unclosed\n")
+        with pytest.raises(exceptions.OptionsError, match="flowproof_spec"):
+            harness.configure(flowproof_mode="record", flowproof_cassette=str(tmp_path / "c.json"),
+                              flowproof_spec=str(spec))
+
+    def test_replay_forces_lazy_connections(self, harness: Harness, tmp_path: Path):
+        """Replay switches mitmproxy to lazy connections so no upstream is ever dialled."""
+        path = write_cassette(tmp_path / "c.json")
+        # The option belongs to mitmproxy's proxyserver addon, absent from the test context.
+        harness.tctx.options.add_option("connection_strategy", str, "eager", "test", choices=("eager", "lazy"))
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
+        assert harness.tctx.options.connection_strategy == "lazy"
+
+
+class TestReplay:
+    def configure(self, h: Harness, *turns) -> Path:
+        path = write_cassette(h.tmp / "c.json", *turns)
+        h.configure(flowproof_mode="replay", flowproof_cassette=str(path))
+        return path
+
+    def test_hit_serves_recorded_stream_bytes(self, harness: Harness):
+        """A matching request is answered with the exact recorded SSE bytes."""
+        self.configure(harness, chat_turn(0, chat_body(), "Booked KQ311."))
+        f = model_flow(chat_body())
+        harness.addon.request(f)
+        assert f.response is not None
+        assert f.response.status_code == 200
+        assert f.response.content == encode_events(chat_events("Booked KQ311."))
+        assert f.response.headers["content-type"] == "text/event-stream"
+        turn_events = harness.events("turn")
+        assert [e["turn"]["index"] for e in turn_events] == [0]
+
+    def test_miss_answers_400_and_logs_divergence(self, harness: Harness):
+        """An edited system prompt gets a 400 error body and a divergence event naming the change."""
+        self.configure(harness, chat_turn(0, chat_body(), "Booked."))
+        f = model_flow(chat_body(system="You are a helpful booking assistant."))
+        harness.addon.request(f)
+        assert f.response is not None
+        assert f.response.status_code == 400
+        assert "flowproof replay diverged" in json.loads(f.response.content)["error"]["message"]
+        (event,) = harness.events("divergence")
+        assert event["id"] == f.id
+        assert "helpful" in event["text"]
+
+    def test_extra_call_is_a_divergence(self, harness: Harness):
+        """A second identical call with only one recorded turn fails as an extra call."""
+        self.configure(harness, chat_turn(0, chat_body(), "Booked."))
+        first, second = model_flow(chat_body()), model_flow(chat_body())
+        harness.addon.request(first)
+        harness.addon.request(second)
+        assert first.response is not None and first.response.status_code == 200
+        assert second.response is not None and second.response.status_code == 400
+        assert harness.events("divergence")[0]["divergence"]["kind"] == "extra"
+
+    def test_identical_bodies_are_served_in_recorded_order(self, harness: Harness):
+        """Two recorded turns with the same body are each served once, earliest first."""
+        self.configure(harness, chat_turn(0, chat_body(), "one"), chat_turn(1, chat_body(), "two"))
+        flows = [model_flow(chat_body()), model_flow(chat_body())]
+        for f in flows:
+            harness.addon.request(f)
+        assert [f.response.content for f in flows] == [  # type: ignore[union-attr]
+            encode_events(chat_events("one")), encode_events(chat_events("two"))]
+
+    def test_unconsumed_turns_are_reported_at_done(self, harness: Harness):
+        """A recorded turn never requested is listed in the done event."""
+        self.configure(harness, chat_turn(0, chat_body(), "a"), chat_turn(1, chat_body("other"), "b"))
+        harness.addon.request(model_flow(chat_body()))
+        harness.addon.done()
+        (done,) = harness.events("done")
+        assert done["unconsumed"] == [1]
+        assert "never requested" in done["text"]
+
+    def test_non_model_call_on_model_host_is_answered_locally(self, harness: Harness):
+        """Telemetry on a model host gets a local 404 in replay and no event."""
+        self.configure(harness)
+        f = model_flow(b"{}", path="/v1/traces/ingest")
+        harness.addon.request(f)
+        assert f.response is not None and f.response.status_code == 404
+        assert harness.events("request_started") == []
+
+    def test_other_hosts_pass_through(self, harness: Harness):
+        """A request to a non-model host is left alone in replay."""
+        self.configure(harness)
+        f = model_flow(b"{}", host="github.com", path="/repos")
+        harness.addon.request(f)
+        assert f.response is None
+
+    def test_websocket_upgrade_is_refused_with_426(self, harness: Harness):
+        """codex's WebSocket upgrade on a model endpoint is answered 426."""
+        self.configure(harness)
+        f = model_flow(b"", method="GET", path="/v1/responses", headers=[
+            (b"host", b"api.openai.com"), (b"upgrade", b"websocket"), (b"connection", b"Upgrade")])
+        harness.addon.request(f)
+        assert f.response is not None and f.response.status_code == 426
+
+    def test_tool_result_substitution_applies_before_matching(self, harness: Harness, tmp_path: Path):
+        """A request whose real tool result differs still matches once the spec's mock replaces it."""
+        spec = tmp_path / "b.flow.yaml"
+        spec.write_text(SPEC)
+        mocked = tool_round_body(json.dumps({"flights": [{"id": "KQ311"}]}, separators=(",", ":")))
+        path = write_cassette(tmp_path / "c.json", chat_turn(0, mocked, "Found KQ311."))
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(path), flowproof_spec=str(spec))
+        f = model_flow(tool_round_body("{\"flights\": []}"))
+        harness.addon.request(f)
+        assert f.response is not None and f.response.status_code == 200
+
+
+class TestRecord:
+    def configure(self, h: Harness, **extra: Any) -> Path:
+        path = h.tmp / "rec.json"
+        h.configure(flowproof_mode="record", flowproof_cassette=str(path), **extra)
+        return path
+
+    def test_stream_tap_passes_chunks_through_unchanged(self, harness: Harness):
+        """Each streamed chunk reaches the client unchanged while the addon keeps a copy."""
+        self.configure(harness)
+        f = model_flow(chat_body())
+        harness.addon.request(f)
+        data = encode_events(chat_events("Booked."))
+        chunks = [data[:7], data[7:50], data[50:]]
+        out = stream_through(harness, f, chunks)
+        assert out == [*chunks, b""]
+        (event,) = harness.events("turn")
+        recorded = event["turn"]["response"]["events"]
+        assert [e["data"] for e in recorded][-1] == "[DONE]"
+        assert len(recorded) == 3
+
+    def test_record_writes_a_cassette_without_secrets(self, harness: Harness):
+        """Two recorded turns land in the cassette at done, with no credential anywhere."""
+        path = self.configure(harness)
+        for i, text in enumerate(["first", "second"]):
+            f = model_flow(chat_body(f"question {i}"))
+            harness.addon.request(f)
+            data = encode_events(chat_events(text))
+            stream_through(harness, f, [data])
+        harness.addon.done()
+        raw = path.read_text()
+        assert "sk-secret" not in raw and "authorization" not in raw.lower()
+        cassette = load_cassette(path)
+        assert [t.index for t in cassette.turns] == [0, 1]
+        assert encode_events(cassette.turns[1].response.events or ()) == encode_events(chat_events("second"))
+        assert cassette.turns[0].request.body["messages"][1]["content"] == "question 0"
+        assert harness.events("done")[0]["unconsumed"] == []
+
+    def test_json_response_is_stored_parsed(self, harness: Harness):
+        """A non-streamed JSON response is stored as a parsed body."""
+        path = self.configure(harness)
+        f = model_flow(chat_body(stream=False))
+        harness.addon.request(f)
+        json_response(f, {"id": "x", "choices": []})
+        harness.addon.responseheaders(f)
+        harness.addon.response(f)
+        harness.addon.done()
+        assert load_cassette(path).turns[0].response.body == {"id": "x", "choices": []}
+
+    def test_upstream_mapping_rewrites_destination(self, harness: Harness):
+        """A mapped model host is sent to the upstream URL, path prefix included, and recorded under its own URL."""
+        path = self.configure(harness, flowproof_upstream=["api.openai.com=http://127.0.0.1:8123/base"])
+        f = model_flow(chat_body())
+        harness.addon.request(f)
+        assert (f.request.scheme, f.request.host, f.request.port) == ("http", "127.0.0.1", 8123)
+        assert f.request.path == "/base" + CHAT_PATH
+        assert f.request.headers["host"] == "127.0.0.1:8123"
+        stream_through(harness, f, [encode_events(chat_events("ok"))])
+        harness.addon.done()
+        assert load_cassette(path).turns[0].request.url == "https://api.openai.com" + CHAT_PATH
+
+    def test_tool_result_substitution_changes_forwarded_body(self, harness: Harness, tmp_path: Path):
+        """The spec's tool result replaces the real one in the bytes sent upstream."""
+        spec = tmp_path / "b.flow.yaml"
+        spec.write_text(SPEC)
+        self.configure(harness, flowproof_spec=str(spec))
+        f = model_flow(tool_round_body("{\"flights\": []}"))
+        harness.addon.request(f)
+        sent = json.loads(f.request.content or b"")
+        assert json.loads(sent["messages"][3]["content"]) == {"flights": [{"id": "KQ311"}]}
+
+    def test_non_model_requests_are_not_recorded(self, harness: Harness):
+        """Telemetry on a model host passes through and never becomes a turn."""
+        path = self.configure(harness)
+        f = model_flow(b"{}", path="/api/event_logging")
+        harness.addon.request(f)
+        assert f.response is None
+        json_response(f, {})
+        harness.addon.response(f)
+        harness.addon.done()
+        assert load_cassette(path).turns == ()
+
+    def test_upstream_error_is_logged(self, harness: Harness):
+        """A model call that fails upstream writes an error event."""
+        self.configure(harness)
+        f = model_flow(chat_body())
+        harness.addon.request(f)
+        f.error = tflow.terr()
+        harness.addon.error(f)
+        (event,) = harness.events("error")
+        assert "failed before it completed" in event["text"]
+
+    def test_failed_cassette_write_is_visible(self, harness: Harness, capsys: pytest.CaptureFixture[str]):
+        """A cassette that cannot be written gives an error event and a line on stderr."""
+        path = self.configure(harness)
+        path.mkdir()  # a directory where the file should go: the rename fails
+        harness.addon.done()
+        assert harness.events("error")
+        assert "could not write the cassette" in capsys.readouterr().err
+
+
+class TestCompare:
+    def setup_cassette(self, h: Harness, **extra: Any) -> Path:
+        path = write_cassette(h.tmp / "c.json", chat_turn(0, chat_body(), "Booked KQ311."))
+        h.configure(flowproof_mode="compare", flowproof_cassette=str(path), **extra)
+        return path
+
+    def run_live(self, h: Harness, body: bytes, text: str) -> http.HTTPFlow:
+        f = model_flow(body)
+        h.addon.request(f)
+        assert f.response is None  # forwarded, not answered
+        stream_through(h, f, [encode_events(chat_events(text))])
+        return f
+
+    def test_equal_live_response_is_compared(self, harness: Harness):
+        """A live response equal up to case and spacing yields a compared event."""
+        self.setup_cassette(harness)
+        self.run_live(harness, chat_body(), "booked  kq311.")
+        (event,) = harness.events("compared")
+        assert event["result"]["equal"] is True
+        assert [e["mode"] for e in harness.events("turn")] == ["compare"]
+        assert event["result"]["text"]["status"] == "normalized"
+
+    def test_different_text_is_drift(self, harness: Harness):
+        """Different live text yields a drift event."""
+        self.setup_cassette(harness)
+        self.run_live(harness, chat_body(), "Sorry, no flights.")
+        (event,) = harness.events("drift")
+        assert event["result"]["equal"] is False
+
+    def test_unmatched_live_request_is_drift(self, harness: Harness):
+        """A live request matching no recorded turn yields a drift event saying so."""
+        self.setup_cassette(harness)
+        self.run_live(harness, chat_body("something else"), "x")
+        (event,) = harness.events("drift")
+        assert "matches no recorded turn" in event["text"]
+
+    def test_compare_never_writes_the_cassette(self, harness: Harness):
+        """Compare leaves the cassette byte-identical, even at done."""
+        path = self.setup_cassette(harness)
+        before, mtime = path.read_bytes(), path.stat().st_mtime_ns
+        self.run_live(harness, chat_body(), "Totally different.")
+        harness.addon.done()
+        assert path.read_bytes() == before
+        assert path.stat().st_mtime_ns == mtime
+
+    def test_handler_receives_results_instead_of_drift(self, harness: Harness):
+        """With a compare handler every result goes to it and no drift event is written."""
+        self.setup_cassette(harness, flowproof_compare_handler=f"{__name__}:collect")
+        COLLECTED.clear()
+        self.run_live(harness, chat_body(), "Sorry, no flights.")
+        assert [r.equal for r in COLLECTED] == [False]
+        assert harness.events("drift") == []
+        assert harness.events("compared")[0]["handled"] is True
+
+
+COLLECTED: list[Any] = []
+
+
+def collect(result: Any) -> None:
+    """A compare handler for the tests."""
+    COLLECTED.append(result)
+
+
+class TestLifecycle:
+    def test_tls_failure_is_logged(self, harness: Harness, tmp_path: Path):
+        """A client TLS failure writes a tls_failed event naming the host."""
+        harness.configure(flowproof_mode="record", flowproof_cassette=str(tmp_path / "c.json"))
+        from mitmproxy import tls
+        from mitmproxy.proxy import context
+
+        client = tflow.tclient_conn()
+        client.sni = "api.openai.com"
+        data = tls.TlsData(client, context.Context(client, harness.tctx.options))
+        harness.addon.tls_failed_client(data)
+        (event,) = harness.events("tls_failed")
+        assert event["host"] == "api.openai.com"
+        assert "does not trust" in event["text"]
+
+    def test_running_writes_ready(self, harness: Harness, tmp_path: Path):
+        """The running hook writes a ready event with a listen list."""
+        harness.configure(flowproof_mode="record", flowproof_cassette=str(tmp_path / "c.json"))
+        harness.addon.running()
+        (event,) = harness.events("ready")
+        assert event["listen"] == []
+        assert event["mode"] == "record"

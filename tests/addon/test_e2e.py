@@ -1,0 +1,222 @@
+"""End to end: a real mitmdump with the addon, real SDK clients, the fake model server.
+
+The agent (sdk_agent.py) talks to https://api.openai.com / https://api.anthropic.com
+through HTTPS_PROXY with the flowproof CA in SSL_CERT_FILE; in record mode the
+addon maps those hosts to the fake model server on 127.0.0.1. Nothing leaves
+the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowproof.cassette import load_cassette
+from flowproof.testing import FakeModelServer, Reply
+
+from .conftest import Mitmdump, run_agent, start_mitmdump
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class Session:
+    """Starts proxies for one test and stops every one of them."""
+
+    def __init__(self, tmp: Path, ca: tuple[Path, Path]) -> None:
+        self.tmp = tmp
+        self.confdir, self.bundle = ca
+        self.proxies: list[Mitmdump] = []
+
+    def proxy(self, mode: str, cassette: Path, *options: str, args: tuple[str, ...] = ()) -> Mitmdump:
+        p = start_mitmdump(self.tmp, self.confdir, f"flowproof_mode={mode}", f"flowproof_cassette={cassette}",
+                           *options, name=f"{mode}{len(self.proxies)}", args=args)
+        self.proxies.append(p)
+        return p
+
+    def agent(self, proxy: Mitmdump, **env: str) -> tuple[int, dict[str, Any]]:
+        return run_agent(proxy.port, self.bundle, **env)
+
+    def close(self) -> None:
+        for p in self.proxies:
+            p.kill()
+
+
+@pytest.fixture
+def session(tmp_path: Path, ca_bundle: tuple[Path, Path]) -> Iterator[Session]:
+    s = Session(tmp_path, ca_bundle)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def record(session: Session, script: list[Reply], host: str, **env: str) -> tuple[Path, dict[str, Any], Mitmdump]:
+    """Record one agent run against the fake server; returns (cassette, agent output, stopped proxy)."""
+    cassette = session.tmp / "run.cassette.json"
+    with FakeModelServer(script) as server:
+        proxy = session.proxy("record", cassette, f"flowproof_upstream={host}={server.url}")
+        rc, out = session.agent(proxy, **env)
+        assert rc == 0, out
+        assert proxy.stop() == 0
+        assert len(server.model_requests) == len(script)
+    return cassette, out, proxy
+
+
+TOOL_SCRIPT = [Reply.tool_call("search_flights", {"dest": "NBO"}), Reply.text("Booked KQ311 to Nairobi.")]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory, ca_bundle: tuple[Path, Path]) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """One recorded two-turn openai conversation, shared by the replay tests (which never write it)."""
+    s = Session(tmp_path_factory.mktemp("recorded"), ca_bundle)
+    try:
+        cassette, out, proxy = record(s, TOOL_SCRIPT, "api.openai.com")
+        assert [e["turn"]["index"] for e in proxy.events("turn")] == [0, 1]
+        yield cassette, out
+    finally:
+        s.close()
+
+
+class TestRecordReplay:
+    def test_record_then_replay_gives_identical_responses(self, session: Session, recorded):
+        """A streamed two-turn tool conversation replays offline with the same text and arguments."""
+        cassette, live = recorded
+        assert live["turns"][0]["calls"][0]["name"] == "search_flights"
+        assert json.loads(live["turns"][0]["calls"][0]["arguments"]) == {"dest": "NBO"}
+        assert live["turns"][1]["text"] == "Booked KQ311 to Nairobi."
+        raw = cassette.read_text()
+        assert "sk-e2e-secret" not in raw
+        assert [t.response.is_stream for t in load_cassette(cassette).turns] == [True, True]
+
+        proxy = session.proxy("replay", cassette)
+        rc, replayed = session.agent(proxy)
+        assert (rc, replayed) == (0, live)
+        assert proxy.stop() == 0
+        assert proxy.events("divergence") == []
+        assert proxy.events("done")[0]["unconsumed"] == []
+
+    def test_anthropic_stream_records_and_replays(self, session: Session):
+        """The anthropic SDK's streamed tool conversation replays identically."""
+        cassette, live, _ = record(session, TOOL_SCRIPT, "api.anthropic.com", FP_PROVIDER="anthropic")
+        assert live["turns"][0]["stop"] == "tool_use"
+        proxy = session.proxy("replay", cassette)
+        rc, replayed = session.agent(proxy, FP_PROVIDER="anthropic")
+        assert (rc, replayed) == (0, live)
+
+    def test_edited_system_prompt_gets_400_and_divergence(self, session: Session, recorded):
+        """One changed word of the system prompt fails the agent with a 400 and the report names it."""
+        cassette, _ = recorded
+        proxy = session.proxy("replay", cassette)
+        rc, out = session.agent(proxy, FP_SYSTEM="You are a booking assistant. Use the tools now.")
+        assert (rc, out["error"]) == (3, 400)
+        assert "flowproof replay diverged" in out["message"]
+        (event,) = proxy.events("divergence")
+        assert "Use the tools now." in event["text"]
+
+    def test_changed_tool_argument_names_the_path(self, session: Session, recorded):
+        """A tool argument sent back changed is reported at its path with both values."""
+        cassette, _ = recorded
+        proxy = session.proxy("replay", cassette)
+        rc, out = session.agent(proxy, FP_TAMPER="1")
+        assert (rc, out["error"]) == (3, 400)
+        (event,) = proxy.events("divergence")
+        assert "dest" in event["text"] and "NBO" in event["text"] and "NBX" in event["text"]
+
+    def test_extra_call_fails(self, session: Session, recorded):
+        """A call beyond the recording is refused with a 400 and an extra-call divergence."""
+        cassette, _ = recorded
+        proxy = session.proxy("replay", cassette)
+        rc, out = session.agent(proxy, FP_EXTRA="1")
+        assert (rc, out["error"]) == (3, 400)
+        assert proxy.events("divergence")[0]["divergence"]["kind"] == "extra"
+
+    def test_missing_call_is_reported_at_done(self, session: Session, recorded):
+        """A recorded turn the agent never requests is listed when mitmdump stops."""
+        cassette, _ = recorded
+        proxy = session.proxy("replay", cassette)
+        rc, _out = session.agent(proxy, FP_MAX_TURNS="1")
+        assert rc == 0
+        assert proxy.stop() == 0
+        (done,) = proxy.events("done")
+        assert done["unconsumed"] == [1]
+        assert "never requested" in done["text"]
+
+    def test_compare_never_writes_and_reports(self, session: Session, recorded):
+        """Compare against a server that answers differently reports drift and leaves the cassette alone."""
+        cassette, _ = recorded
+        before = cassette.read_bytes()
+        script = [Reply.tool_call("search_flights", {"dest": "NBO"}), Reply.text("No flights today.")]
+        with FakeModelServer(script) as server:
+            proxy = session.proxy("compare", cassette, f"flowproof_upstream=api.openai.com={server.url}")
+            rc, out = session.agent(proxy)
+            assert rc == 0
+            assert out["turns"][1]["text"] == "No flights today."
+            assert proxy.stop() == 0
+        assert [e["result"]["turn_index"] for e in proxy.events("compared")] == [0]
+        assert [e["result"]["turn_index"] for e in proxy.events("drift")] == [1]
+        assert cassette.read_bytes() == before
+
+
+class TestConcurrency:
+    def test_identical_concurrent_calls_are_each_served_once(self, session: Session):
+        """20 concurrent identical calls record 20 turns and replay each exactly once."""
+        script = [Reply.text(f"title {i}") for i in range(20)]
+        cassette, live, _ = record(session, script, "api.openai.com", FP_CONCURRENT="20")
+        assert sorted(t["text"] for t in live["turns"]) == sorted(f"title {i}" for i in range(20))
+        turns = load_cassette(cassette).turns
+        assert len({t.request.body_sha256 for t in turns}) == 1 and len(turns) == 20
+
+        proxy = session.proxy("replay", cassette)
+        rc, replayed = session.agent(proxy, FP_CONCURRENT="20")
+        assert rc == 0
+        assert sorted(t["text"] for t in replayed["turns"]) == sorted(f"title {i}" for i in range(20))
+        assert proxy.stop() == 0
+        assert proxy.events("done")[0]["unconsumed"] == []
+
+        extra = session.proxy("replay", cassette)
+        rc, over = session.agent(extra, FP_CONCURRENT="21")
+        assert [t["error"] for t in over["turns"] if "error" in t] == [400]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class TestBaseUrlRoute:
+    def reverse_port(self, proxy: Mitmdump) -> int:
+        (ready,) = proxy.events("ready")
+        (entry,) = [e for e in ready["listen"] if e["mode"].startswith("reverse:")]
+        return int(entry["port"])
+
+    def test_reverse_listener_records_and_replays(self, session: Session):
+        """A client using OPENAI_BASE_URL on a reverse listener records under the real host and replays."""
+        cassette = session.tmp / "base.cassette.json"
+        args = ("--mode", "regular", "--mode", f"reverse:https://api.openai.com@{free_port()}")
+        with FakeModelServer(TOOL_SCRIPT) as server:
+            proxy = session.proxy("record", cassette, f"flowproof_upstream=api.openai.com={server.url}",
+                                  "flowproof_route=base_url", args=args)
+            base = f"http://127.0.0.1:{self.reverse_port(proxy)}/v1"
+            rc, live = run_agent(None, session.bundle, OPENAI_BASE_URL=base)
+            assert rc == 0, live
+            assert proxy.stop() == 0
+        recorded = load_cassette(cassette)
+        assert recorded.route == "base_url"
+        assert recorded.turns[0].request.url == "https://api.openai.com/v1/chat/completions"
+
+        args = ("--mode", "regular", "--mode", f"reverse:https://api.openai.com@{free_port()}")
+        proxy = session.proxy("replay", cassette, "flowproof_route=base_url", args=args)
+        rc, replayed = run_agent(None, session.bundle, OPENAI_BASE_URL=f"http://127.0.0.1:{self.reverse_port(proxy)}/v1")
+        assert (rc, replayed) == (0, live)
+
+    def test_replay_refuses_the_other_route(self, session: Session, recorded):
+        """A proxy-route cassette replayed on the base-URL route stops mitmdump at startup."""
+        cassette, _ = recorded
+        with pytest.raises(RuntimeError, match="route"):
+            session.proxy("replay", cassette, "flowproof_route=base_url")
