@@ -346,6 +346,10 @@ class Flowproof:
                     json.dumps({"error": {"message": "flowproof replay: not a model call, answered locally"}}),
                     _JSON,
                 )
+            else:
+                # The user mapped this host (a gateway, a local model): its other traffic
+                # (traces, settings) goes there too, never to the real host with their key.
+                self._map_upstream(req)
             return
 
         raw = _content(req)
@@ -377,14 +381,20 @@ class Flowproof:
         )
         # The recorder taps the stream as SSE text; a compressed stream could not be read.
         req.headers["accept-encoding"] = "identity"
-        target = config.upstream.get(normalize_host(host))
-        if target is not None:
-            req.scheme = target.scheme
-            req.host = target.host  # also updates Host / :authority
-            req.port = target.port
-            if target.path_prefix:
-                req.path = target.path_prefix + req.path
-        log.debug("model_call_forwarded", mapped=target is not None)
+        mapped = self._map_upstream(req)
+        log.debug("model_call_forwarded", mapped=mapped)
+
+    def _map_upstream(self, req: http.Request) -> bool:
+        """Point a request for a mapped host at its upstream URL; True when it was mapped."""
+        target = self.config.upstream.get(normalize_host(req.pretty_host))
+        if target is None:
+            return False
+        req.scheme = target.scheme
+        req.host = target.host  # also updates Host / :authority
+        req.port = target.port
+        if target.path_prefix:
+            req.path = target.path_prefix + req.path
+        return True
 
     def _replay(
         self, flow: http.HTTPFlow, codec: Codec, sha: str, normalized: bytes, log: Any

@@ -289,6 +289,18 @@ class TestRecord:
         harness.addon.done()
         assert load_cassette(path).turns[0].request.url == "https://api.openai.com" + CHAT_PATH
 
+    def test_upstream_mapping_covers_non_model_traffic(self, harness: Harness):
+        """Traces on a mapped host go to the mapped upstream too, never to the real host."""
+        path = self.configure(harness, flowproof_upstream=["api.openai.com=http://127.0.0.1:8123"])
+        f = model_flow(b"{}", path="/v1/traces/ingest")
+        harness.addon.request(f)
+        assert f.response is None
+        assert (f.request.scheme, f.request.host, f.request.port) == ("http", "127.0.0.1", 8123)
+        json_response(f, {})
+        harness.addon.response(f)
+        harness.addon.done()
+        assert load_cassette(path).turns == ()
+
     def test_tool_result_substitution_changes_forwarded_body(self, harness: Harness, tmp_path: Path):
         """The spec's tool result replaces the real one in the bytes sent upstream."""
         spec = tmp_path / "b.flow.yaml"
