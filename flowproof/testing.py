@@ -995,6 +995,13 @@ class _HTTPServer(ThreadingHTTPServer):
                 self.open_connections.discard(request)
                 self.handler_threads.discard(threading.current_thread())
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client hanging up (reset, closed pipe) is normal traffic, not a server fault:
+        # socketserver would print a traceback for it.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
 
 class FakeModelServer:
     """A scripted model API on 127.0.0.1, answering OpenAI, Anthropic and Gemini requests.

@@ -456,6 +456,20 @@ class TestServer:
         assert (health.status, missing.status, remaining) == (200, 404, 1)
         assert "nothing answers GET /v1/models" in body["error"]["message"]
 
+    def test_client_reset_prints_no_traceback(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """A client that resets its connection is normal traffic: the server stays quiet and serving."""
+        import struct
+
+        with FakeModelServer([Reply.text("still here")]) as server:
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            time.sleep(0.1)  # the handler is now blocked reading the request line
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+            time.sleep(0.2)
+            answer = openai_client(server).chat.completions.create(model="m", messages=MESSAGES)
+        assert answer.choices[0].message.content == "still here"
+        assert "Traceback" not in capsys.readouterr().err
+
     def test_port_closed_after_exit(self) -> None:
         """After the context exits the port refuses connections."""
         with FakeModelServer() as server:
