@@ -46,6 +46,21 @@ def _edge(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def parse_extra_hosts(values: Sequence[str], environ_value: str | None) -> tuple[str, ...]:
+    """Gateway hosts from ``--extra-host`` and ``FLOWPROOF_EXTRA_HOSTS`` (comma-separated)."""
+    items = [*values, *(environ_value or "").split(",")]
+    hosts = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        if "/" in item or "=" in item or " " in item:
+            raise FlowproofError(
+                f"bad extra host `{item}` — give a bare host name, e.g. llm-gateway.internal"
+            )
+        hosts.append(item.lower())
+    return tuple(dict.fromkeys(hosts))
+
+
 def parse_upstream(values: Sequence[str], environ_value: str | None) -> tuple[str, ...]:
     """``HOST=URL`` items from the options and ``FLOWPROOF_UPSTREAM`` (comma-separated), validated."""
     items = [v.strip() for v in (environ_value or "").split(",") if v.strip()] + list(values)
@@ -98,6 +113,7 @@ _SPEC_ARG = click.argument(
 @click.option("--compare", "mode", flag_value="compare", help="Run live and report drift from the cassette; never writes.")
 @click.option("--cassette", type=click.Path(path_type=Path, dir_okay=False), help="Cassette path (one spec only).")
 @click.option("--upstream", multiple=True, metavar="HOST=URL", help="Send HOST's model calls to URL (also FLOWPROOF_UPSTREAM).")
+@click.option("--extra-host", "extra_hosts", multiple=True, metavar="HOST", help="An OpenAI-compatible gateway host whose calls are model calls (also FLOWPROOF_EXTRA_HOSTS).")
 @click.option("--proxy-port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Proxy port (0: any free port).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Agent wall-clock timeout in seconds (overrides the spec).")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON report.")
@@ -112,6 +128,7 @@ def run_command(
     mode: str,
     cassette: Path | None,
     upstream: tuple[str, ...],
+    extra_hosts: tuple[str, ...],
     proxy_port: int,
     timeout: float | None,
     as_json: bool,
@@ -134,6 +151,7 @@ def run_command(
         mode=mode,
         cassette=cassette,
         upstream=parse_upstream(upstream, os.environ.get("FLOWPROOF_UPSTREAM")),
+        extra_hosts=parse_extra_hosts(extra_hosts, os.environ.get("FLOWPROOF_EXTRA_HOSTS")),
         proxy_port=proxy_port,
         timeout=timeout,
         compare_handler=compare_handler,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -229,6 +230,27 @@ def agent_env(
             if not env.get(name):
                 env[name] = PLACEHOLDER_KEY
     return env
+
+
+def interpreter_first_path(path: str | None, *, executable: str | None = None,
+                           in_virtualenv: bool | None = None) -> str | None:
+    """``path`` with the directory of flowproof's own interpreter first, when it runs in a virtualenv.
+
+    A spec's ``command: python agent.py`` then runs under the interpreter (and the
+    packages) flowproof itself runs under, even when that environment is not
+    activated (``.venv/bin/flowproof-run``). Outside a virtualenv ``path`` is kept.
+    """
+    executable = executable if executable is not None else sys.executable
+    if in_virtualenv is None:
+        in_virtualenv = sys.prefix != sys.base_prefix
+    if not in_virtualenv or not executable:
+        return path
+    # Not resolved: a venv's bin/python is a symlink to the base interpreter.
+    bindir = os.path.dirname(os.path.abspath(executable))
+    entries = [e for e in (path or "").split(os.pathsep) if e]
+    if entries[:1] == [bindir]:
+        return path
+    return os.pathsep.join([bindir, *(e for e in entries if e != bindir)])
 
 
 def export_lines(env: Mapping[str, str], base: Mapping[str, str]) -> list[str]:

@@ -30,7 +30,7 @@ from flowproof.errors import (
     ProxyError,
 )
 from flowproof.runner.agents import AgentRun, run_command_agent, run_url_agent
-from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca
+from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, interpreter_first_path
 from flowproof.runner.proxy import ProxySettings, RunningProxy, start_proxy
 
 MODES = ("replay", "record", "compare")
@@ -45,6 +45,7 @@ class RunOptions:
     mode: str = "replay"
     cassette: Path | None = None
     upstream: tuple[str, ...] = ()
+    extra_hosts: tuple[str, ...] = ()
     proxy_port: int = 0
     timeout: float | None = None
     compare_handler: str | None = None
@@ -180,6 +181,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             confdir=ca.cert.parent,
             spec=spec_path.resolve(),
             upstream=upstream,
+            extra_hosts=tuple(options.extra_hosts),
             route=agent.route,
             port=options.proxy_port,
             reverse_hosts=REVERSE_HOSTS if agent.route == "base_url" else (),
@@ -188,7 +190,11 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
         )
         proxy = start_proxy(settings, timeout=options.proxy_timeout)
         try:
-            run = _drive(proxy, spec.agent, prompts, environ, ca, mode, upstream, timeout)
+            model_hosts = [u.split("=", 1)[0] for u in upstream] + list(options.extra_hosts)
+            # No request reaches a real provider in replay, nor with a mapped upstream (a local
+            # model or gateway), so an SDK that insists on a key gets a placeholder there.
+            placeholders = mode == "replay" or bool(upstream)
+            run = _drive(proxy, spec.agent, prompts, environ, ca, placeholders, model_hosts, timeout)
         finally:
             proxy.stop()
         events = proxy.events()
@@ -229,8 +235,8 @@ def _drive(
     prompts: Sequence[str],
     environ: Mapping[str, str],
     ca: Any,
-    mode: str,
-    upstream: Sequence[str],
+    placeholder_keys: bool,
+    model_hosts: Sequence[str],
     timeout: float,
 ) -> AgentRun:
     if agent.url:
@@ -244,9 +250,13 @@ def _drive(
         ca=ca,
         route=agent.route,
         reverse_urls=proxy.reverse_urls,
-        placeholder_keys=mode == "replay",
-        model_hosts=[u.split("=", 1)[0] for u in upstream],
+        placeholder_keys=placeholder_keys,
+        model_hosts=model_hosts,
     )
+    # `python` in a spec's command is the interpreter flowproof runs under (a virtualenv).
+    path = interpreter_first_path(env.get("PATH"))
+    if path is not None:
+        env["PATH"] = path
     # The spec's own variables come last: they are the author's explicit intent.
     env.update(dict(agent.env))
     return run_command_agent(

@@ -9,7 +9,14 @@ import pytest
 from click.testing import CliRunner
 
 from flowproof.errors import FlowproofError
-from flowproof.runner.cli import cli, parse_shard, parse_upstream, run_command, select_shard
+from flowproof.runner.cli import (
+    cli,
+    parse_extra_hosts,
+    parse_shard,
+    parse_upstream,
+    run_command,
+    select_shard,
+)
 
 from .conftest import FAKE_ADDON
 from .helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events, write_script, write_spec
@@ -119,6 +126,18 @@ class TestHelpers:
         """FLOWPROOF_UPSTREAM entries come first, then the options."""
         assert parse_upstream(["b=http://x"], "a=http://y, ") == ("a=http://y", "b=http://x")
 
+
+    def test_extra_hosts_merge_options_and_environment(self) -> None:
+        """--extra-host and FLOWPROOF_EXTRA_HOSTS combine, lowercased and without repeats."""
+        assert parse_extra_hosts(["GW.internal"], "llm.example, gw.internal,") == (
+            "gw.internal",
+            "llm.example",
+        )
+
+    def test_bad_extra_host(self, tmp_path: Path, fake_env) -> None:
+        """A URL given where a host belongs is a usage error saying what to write."""
+        res = invoke(run_command, [write_spec(tmp_path), "--extra-host", "https://gw.internal/v1"])
+        assert res.exit_code == 2 and "bare host name" in res.output
 
 class TestCheck:
     def test_all_valid(self, tmp_path: Path) -> None:
