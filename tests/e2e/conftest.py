@@ -1,0 +1,221 @@
+"""Fixtures for the end-to-end tests: real processes all the way.
+
+Every test runs ``flowproof-run`` as a subprocess; the runner starts a real
+mitmdump with the addon and a real agent (official SDKs, Python or Node); model
+calls go to `flowproof.testing.FakeModelServer` on 127.0.0.1 through
+``--upstream``. Nothing leaves the machine, and no API key is ever needed.
+
+Each test gets its own copy of ``example_specs`` (tests edit specs, agents and
+cassettes) and a session-wide flowproof CA in a temporary directory. After each
+test, no process may remain whose command line or working directory lies inside
+the test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowproof.runner.env import ensure_ca
+from flowproof.testing import FakeModelServer, Reply, load_script
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "example_specs"
+HERE = Path(__file__).resolve().parent
+AGENTS = HERE / "agents"
+NODE_AGENT = HERE / "node_agent"
+BIN = Path(sys.executable).parent
+FLOWPROOF_RUN = str(BIN / "flowproof-run")
+#: Keys the agents get while recording or comparing against the fake model.
+DUMMY_KEYS = {"OPENAI_API_KEY": "sk-e2e-fake-model", "ANTHROPIC_API_KEY": "sk-ant-e2e-fake-model"}
+#: Never inherited from the developer's shell: a test must not depend on them.
+_SCRUBBED = (
+    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "CODEX_API_KEY",
+    "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "FLOWPROOF_UPSTREAM", "FLOWPROOF_ADDON_SCRIPT",
+    "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy",
+    "OPENAI_AGENTS_DISABLE_TRACING",
+)
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A finished ``flowproof-run``."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def report(self) -> dict[str, Any]:
+        """The ``--json`` report (the run must have been made with ``--json``)."""
+        data: dict[str, Any] = json.loads(self.stdout)
+        return data
+
+
+class Flowproof:
+    """Runs ``flowproof-run`` as a subprocess in its own process group, with a clean environment."""
+
+    def __init__(self, ca_dir: Path) -> None:
+        self.ca_dir = ca_dir
+
+    def env(self, *, keys: bool = False, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+        env["FLOWPROOF_CA_DIR"] = str(self.ca_dir)
+        if keys:
+            env.update(DUMMY_KEYS)
+        env.update(extra)
+        return env
+
+    def run(
+        self,
+        *args: str | Path,
+        cwd: Path | None = None,
+        keys: bool = False,
+        timeout: float = 60.0,
+        **extra_env: str,
+    ) -> Ran:
+        """``flowproof-run ARGS...``; ``keys`` gives the agent dummy API keys (record, compare)."""
+        process = subprocess.Popen(
+            [FLOWPROOF_RUN, *map(str, args)],
+            cwd=cwd,
+            env=self.env(keys=keys, **extra_env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(process.pid)
+            out, err = process.communicate(timeout=10)
+            pytest.fail(f"flowproof-run {args} did not finish within {timeout}s:\n{out.decode()}{err.decode()}")
+        finally:
+            kill_group(process.pid)
+        return Ran(process.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def processes_inside(path: Path) -> list[str]:
+    """Live processes whose command line or working directory lies inside ``path``."""
+    needle = str(path)
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            try:
+                cwd = os.readlink(proc / "cwd")
+            except OSError:
+                cwd = ""
+        except OSError:
+            continue
+        if (needle in cmdline or cwd.startswith(needle)) and alive(int(proc.name)):
+            found.append(f"{proc.name}: {cmdline.strip()} (cwd {cwd})")
+    return found
+
+
+@pytest.fixture(scope="session")
+def flowproof(tmp_path_factory: pytest.TempPathFactory) -> Flowproof:
+    """The runner driver, with one flowproof CA for the session (an RSA key costs time)."""
+    ca_dir = tmp_path_factory.mktemp("flowproof-ca") / "ca"
+    ensure_ca(ca_dir)
+    return Flowproof(ca_dir)
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind(tmp_path: Path) -> Iterator[None]:
+    """Fails a test that leaves any process running inside its tmp_path (agent, child, proxy)."""
+    yield
+    deadline = time.monotonic() + 3.0
+    while (left := processes_inside(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, "processes left behind:\n" + "\n".join(left)
+
+
+@pytest.fixture
+def examples(tmp_path: Path) -> Path:
+    """A private copy of example_specs (specs, agents, cassettes, fake-model scripts)."""
+    dest = tmp_path / "example_specs"
+    shutil.copytree(
+        EXAMPLES, dest,
+        ignore=shutil.ignore_patterns("__pycache__", "*.rejected.json", "*.recording.json"),
+    )
+    return dest
+
+
+@pytest.fixture
+def fake_model() -> Iterator[Callable[..., FakeModelServer]]:
+    """Starts fake model servers (from a script file or replies); every one is stopped after the test."""
+    servers: list[FakeModelServer] = []
+
+    def start(script: Path | Sequence[Reply]) -> FakeModelServer:
+        replies = load_script(script).replies if isinstance(script, Path) else list(script)
+        server = FakeModelServer(replies)
+        server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def upstream_args(server: FakeModelServer) -> list[str]:
+    """``--upstream`` options sending both model hosts to ``server``."""
+    return ["--upstream", f"api.openai.com={server.url}", "--upstream", f"api.anthropic.com={server.url}"]
+
+
+def write_spec(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def fingerprint(path: Path) -> tuple[bytes, int]:
+    """A file's bytes and mtime (ns): both must survive a run that must not write it."""
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+@pytest.fixture(scope="session")
+def node_agent() -> Path:
+    """tests/e2e/node_agent with its npm dependencies installed (./dev installs them too)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are not installed on this machine: the Node base-URL test needs Node 20+")
+    if not (NODE_AGENT / "node_modules" / "openai" / "package.json").is_file():
+        done = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--silent"],
+            cwd=NODE_AGENT, capture_output=True, timeout=300, check=False,
+        )
+        assert done.returncode == 0, f"npm install failed:\n{done.stdout.decode()}{done.stderr.decode()}"
+    return NODE_AGENT
