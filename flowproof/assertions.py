@@ -312,7 +312,7 @@ def _equals(actual: Any, expected: str) -> bool:
         # A container written with spaces ([1, 2]) still means the same JSON.
         try:
             return bool(json.loads(expected) == actual)
-        except ValueError:
+        except (ValueError, RecursionError):
             return False
     return False
 

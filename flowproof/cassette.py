@@ -445,6 +445,8 @@ def loads_cassette(text: str, path: Path | str) -> Cassette:
             "the file is truncated or damaged",
             _FIX_HINT,
         ) from None
+    except RecursionError:
+        raise CassetteError(path, "nested too deeply to be a cassette", _FIX_HINT) from None
     return _Reader(path).cassette(doc)
 
 

@@ -195,7 +195,7 @@ def _is_bare(s: str) -> bool:
         return False
     try:
         json.loads(s)
-    except ValueError:
+    except (ValueError, RecursionError):
         return True
     return False
 
@@ -254,7 +254,7 @@ def _parse_json_container(value: Any) -> tuple[bool, Any]:
         return False, None
     try:
         parsed = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False, None
     return isinstance(parsed, dict | list), parsed
 

@@ -32,7 +32,7 @@ def parse_arguments(raw: str) -> Any | None:
     """Parse a tool call's wire argument string; ``None`` when it is not valid JSON."""
     try:
         return json.loads(raw)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return None
 
 
@@ -57,7 +57,7 @@ class ToolCall:
             try:
                 parsed = json.loads(self.arguments_raw) if self.arguments_raw.strip() else {}
                 ok = True
-            except ValueError:
+            except (ValueError, RecursionError):
                 parsed, ok = None, False
             object.__setattr__(self, "arguments", parsed)
             object.__setattr__(self, "is_json", ok)

@@ -192,7 +192,7 @@ class Normalizer:
             return body
         try:
             obj = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return body
         changed = False
         for segments, replace in self._rules:

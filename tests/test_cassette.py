@@ -163,6 +163,13 @@ class TestLoadErrors:
         with pytest.raises(CassetteError, match=r"not valid JSON at line 1:1"):
             load_cassette(path)
 
+    def test_absurd_nesting_is_a_cassette_error(self, tmp_path: Path):
+        """A file nested past the parser's recursion limit is a clear CassetteError, not a crash."""
+        path = tmp_path / "c.json"
+        path.write_text("[" * 100_000)
+        with pytest.raises(CassetteError, match="nested too deeply"):
+            load_cassette(path)
+
     def test_newer_format_says_to_upgrade(self):
         """A cassette from a newer format asks the user to upgrade flowproof."""
         with pytest.raises(CassetteError) as info:

@@ -52,3 +52,11 @@ class TestHelpers:
             "error",
             "other",
         ]
+
+
+class TestHostileArguments:
+    def test_absurdly_nested_arguments_are_not_json(self) -> None:
+        """Arguments nested past the recursion limit read as not-JSON instead of crashing."""
+        call = ToolCall("t", "[" * 100_000)
+        assert call.arguments is None and not call.is_json
+        assert parse_arguments("[" * 100_000) is None

@@ -103,7 +103,7 @@ def _parse_body(data: bytes) -> Any:
     """The parsed JSON body, or its text when it is not JSON (stored readable either way)."""
     try:
         return json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return data.decode("utf-8", "surrogateescape")
 
 

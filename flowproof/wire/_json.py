@@ -19,7 +19,7 @@ def load_json_body(provider: str, body: bytes | str, what: str = "body") -> dict
         value = json.loads(body)
     except UnicodeDecodeError as e:
         raise WireError(provider, what, f"is not UTF-8 ({e.reason} at byte {e.start})") from None
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: absurdly deep nesting
         raise WireError(
             provider, what, f"is not valid JSON ({e}); expected a JSON object"
         ) from None
@@ -100,3 +100,54 @@ def schema_size(value: Any) -> int:
     if value is None:
         return 0
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def compact_dumps(value: Any) -> str:
+    """Compact JSON text, key order kept, UTF-8 characters unescaped (arguments, tool results)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_kind(value: Any) -> str:
+    """A parsed value's JSON type with its article, for messages: "an array", "a string", "null"."""
+    name = type_name(value)
+    if name == "null":
+        return name
+    return f"an {name}" if name[0] in "aeiou" else f"a {name}"
+
+
+class FieldReader:
+    """Typed access to untrusted JSON for one provider: every mismatch is a `WireError`
+    naming the provider and the field, as ``anthropic: messages[0].role: expected a
+    string, got an array``."""
+
+    __slots__ = ("provider",)
+
+    def __init__(self, provider: str) -> None:
+        self.provider = provider
+
+    def load(self, body: bytes | str, field_name: str) -> Any:
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError) as e:
+            raise WireError(self.provider, field_name, f"not valid JSON ({e})") from None
+
+    def object(self, value: Any, field_name: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self._mismatch(field_name, "a JSON object", value)
+        return value
+
+    def list(self, value: Any, field_name: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise self._mismatch(field_name, "a JSON array", value)
+        return value
+
+    def str(self, value: Any, field_name: str) -> str:
+        if not isinstance(value, str):
+            raise self._mismatch(field_name, "a string", value)
+        return value
+
+    def opt_str(self, value: Any, field_name: str) -> str | None:
+        return None if value is None else self.str(value, field_name)
+
+    def _mismatch(self, field_name: str, expected: str, value: Any) -> WireError:
+        return WireError(self.provider, field_name, f"expected {expected}, got {json_kind(value)}")

@@ -28,6 +28,7 @@ from typing import Any
 
 from flowproof.errors import WireError
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
+from flowproof.wire._json import FieldReader, compact_dumps, json_kind
 from flowproof.wire.sse import SSEEvent
 
 __all__ = ["CODEC", "AnthropicCodec"]
@@ -65,51 +66,11 @@ _TOOL_USE_TYPES = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
 _RESULT_JOIN = "\n"
 
 
-def _dumps(value: Any) -> str:
-    """Compact JSON, key order preserved: the form flowproof writes bodies and arguments in."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _load(body: bytes | str, field_name: str) -> Any:
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError) as e:
-        raise WireError(PROVIDER, field_name, f"not valid JSON ({e})") from None
-
-
-def _object(value: Any, field_name: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise WireError(PROVIDER, field_name, f"expected a JSON object, got {_kind(value)}")
-    return value
-
-
-def _list(value: Any, field_name: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise WireError(PROVIDER, field_name, f"expected a JSON array, got {_kind(value)}")
-    return value
-
-
-def _str(value: Any, field_name: str) -> str:
-    if not isinstance(value, str):
-        raise WireError(PROVIDER, field_name, f"expected a string, got {_kind(value)}")
-    return value
-
-
-def _opt_str(value: Any, field_name: str) -> str | None:
-    return None if value is None else _str(value, field_name)
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {
-        dict: "an object",
-        list: "an array",
-        str: "a string",
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-    }.get(type(value), type(value).__name__)
+_fields = FieldReader(PROVIDER)
+_load, _object, _list, _str, _opt_str = (
+    _fields.load, _fields.object, _fields.list, _fields.str, _fields.opt_str
+)
+_dumps = compact_dumps
 
 
 def _block_text(blocks: list[Any], field_name: str, joiner: str) -> str:
@@ -379,7 +340,7 @@ class AnthropicCodec:
     def _index(payload: dict[str, Any], where: str) -> int:
         index = payload.get("index")
         if not isinstance(index, int) or isinstance(index, bool):
-            raise WireError(PROVIDER, f"{where}.index", f"expected an integer, got {_kind(index)}")
+            raise WireError(PROVIDER, f"{where}.index", f"expected an integer, got {json_kind(index)}")
         return index
 
     def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:

@@ -22,13 +22,13 @@ Wire facts this codec relies on (Gemini API reference, "Generating content" and
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flowproof.errors import WireError
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
+from flowproof.wire._json import FieldReader, compact_dumps
 from flowproof.wire.sse import SSEEvent
 
 __all__ = ["CODEC", "GeminiCodec", "model_from_path"]
@@ -82,51 +82,11 @@ def model_from_path(path: str) -> str | None:
     return found.group("model") if found else None
 
 
-def _dumps(value: Any) -> str:
-    """Compact JSON, key order preserved: the form flowproof writes bodies and arguments in."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _load(body: bytes | str, field_name: str) -> Any:
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError) as e:
-        raise WireError(PROVIDER, field_name, f"not valid JSON ({e})") from None
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {
-        dict: "an object",
-        list: "an array",
-        str: "a string",
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-    }.get(type(value), type(value).__name__)
-
-
-def _object(value: Any, field_name: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise WireError(PROVIDER, field_name, f"expected a JSON object, got {_kind(value)}")
-    return value
-
-
-def _list(value: Any, field_name: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise WireError(PROVIDER, field_name, f"expected a JSON array, got {_kind(value)}")
-    return value
-
-
-def _str(value: Any, field_name: str) -> str:
-    if not isinstance(value, str):
-        raise WireError(PROVIDER, field_name, f"expected a string, got {_kind(value)}")
-    return value
-
-
-def _opt_str(value: Any, field_name: str) -> str | None:
-    return None if value is None else _str(value, field_name)
+_fields = FieldReader(PROVIDER)
+_load, _object, _list, _str, _opt_str = (
+    _fields.load, _fields.object, _fields.list, _fields.str, _fields.opt_str
+)
+_dumps = compact_dumps
 
 
 def _get(data: dict[str, Any], camel: str, snake: str) -> tuple[Any, str]:

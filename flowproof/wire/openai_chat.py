@@ -70,7 +70,7 @@ def wants_stream(body: bytes) -> bool:
     """True when a JSON body has ``"stream": true`` (lenient: a non-JSON body is not a stream)."""
     try:
         value = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(value, dict) and value.get("stream") is True
 

@@ -75,3 +75,14 @@ def test_odd_discriminators_raise_only_wire_errors(name: str, value: object) -> 
             parse(body)
         except WireError:
             pass
+
+
+@pytest.mark.parametrize("name", sorted(ODD_BODIES))
+def test_absurd_nesting_is_a_wire_error(name: str) -> None:
+    """JSON nested deeper than the parser's recursion limit is a WireError, not a RecursionError."""
+    from flowproof.errors import WireError
+
+    codec = wire.codec_by_name(name)
+    for parse in (codec.parse_request, codec.parse_response):
+        with pytest.raises(WireError):
+            parse(b"[" * 100_000)
