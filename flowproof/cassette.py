@@ -21,8 +21,8 @@ True
 
 from __future__ import annotations
 
-import hashlib
 import functools
+import hashlib
 import json
 import os
 import tempfile

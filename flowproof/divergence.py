@@ -26,10 +26,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_RECORD_COMMAND",
+    "MAX_FIELDS",
     "Divergence",
     "DivergenceKind",
     "FieldChange",
-    "MAX_FIELDS",
     "explain_miss",
     "format_value",
 ]

@@ -46,7 +46,6 @@ from flowproof.cassette import (
     turn_views,
 )
 from flowproof.compare import compare_responses, record_on_span
-
 from flowproof.errors import FlowproofError, SpecError
 from flowproof.replay import Miss, Replayer, route_mismatch
 from flowproof.wire import Codec, detect, is_model_host, normalize_host, parse_sse

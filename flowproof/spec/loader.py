@@ -214,7 +214,7 @@ class _Walker:
         if not allow_empty and not node.value.strip():
             self.problem(node, f"{what} is empty", "give it a value")
             return None
-        return node.value
+        return str(node.value)
 
     def template(self, node: Node, what: str) -> str | None:
         """Text that ``resolve_variables`` will fill in: its ``${`` syntax is checked now."""

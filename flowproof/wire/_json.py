@@ -131,23 +131,23 @@ class FieldReader:
         except (ValueError, RecursionError) as e:
             raise WireError(self.provider, field_name, f"not valid JSON ({e})") from None
 
-    def object(self, value: Any, field_name: str) -> dict[str, Any]:
+    def as_object(self, value: Any, field_name: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self._mismatch(field_name, "a JSON object", value)
         return value
 
-    def list(self, value: Any, field_name: str) -> list[Any]:
+    def as_list(self, value: Any, field_name: str) -> list[Any]:
         if not isinstance(value, list):
             raise self._mismatch(field_name, "a JSON array", value)
         return value
 
-    def str(self, value: Any, field_name: str) -> str:
+    def as_str(self, value: Any, field_name: str) -> str:
         if not isinstance(value, str):
             raise self._mismatch(field_name, "a string", value)
         return value
 
-    def opt_str(self, value: Any, field_name: str) -> str | None:
-        return None if value is None else self.str(value, field_name)
+    def as_opt_str(self, value: Any, field_name: str) -> str | None:
+        return None if value is None else self.as_str(value, field_name)
 
     def _mismatch(self, field_name: str, expected: str, value: Any) -> WireError:
         return WireError(self.provider, field_name, f"expected {expected}, got {json_kind(value)}")

@@ -84,7 +84,7 @@ def model_from_path(path: str) -> str | None:
 
 _fields = FieldReader(PROVIDER)
 _load, _object, _list, _str, _opt_str = (
-    _fields.load, _fields.object, _fields.list, _fields.str, _fields.opt_str
+    _fields.load, _fields.as_object, _fields.as_list, _fields.as_str, _fields.as_opt_str
 )
 _dumps = compact_dumps
 
