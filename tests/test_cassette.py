@@ -377,7 +377,6 @@ class TestBodySha256:
 class TestTurnViews:
     def test_json_response_view(self):
         """turn_views parses the stored request body and a JSON response through the codec."""
-        pytest.importorskip("flowproof.wire.openai_chat", reason="the openai-chat codec is not present")
         body = {
             "model": "gpt-4o",
             "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
@@ -393,7 +392,6 @@ class TestTurnViews:
 
     def test_stream_response_view(self):
         """turn_views assembles an SSE response through the codec's event parser."""
-        pytest.importorskip("flowproof.wire.openai_chat", reason="the openai-chat codec is not present")
         chunks = [
             {"id": "c", "object": "chat.completion.chunk", "model": "gpt-4o",
              "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": None}]},
@@ -410,7 +408,6 @@ class TestTurnViews:
 
     def test_error_status_gives_an_error_view(self):
         """A recorded response with status >= 400 becomes an ERROR view with the error message."""
-        pytest.importorskip("flowproof.wire.openai_chat", reason="the openai-chat codec is not present")
         resp = RecordedResponse(429, {}, body={"error": {"message": "Rate limit reached", "type": "requests"}})
         turn = turn_views(make_turn(0, resp))
         assert turn.response is not None

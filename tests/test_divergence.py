@@ -275,7 +275,6 @@ class TestEnvelope:
 class TestPerRunHint:
     def test_uuid_only_difference_suggests_a_volatile_rule(self):
         """When only a UUID differs the hint says so and shows the rule that would cover it."""
-        pytest.importorskip("flowproof.normalize")
         rec = {"metadata": {"user_id": "session 0b0c9a4e-5f3a-4c1e-9a1b-3f2d6c7e8a90"}}
         rep = {"metadata": {"user_id": "session 7d1e2f3a-4b5c-4d6e-8f70-112233445566"}}
         d = explain_miss(rep, None, Cassette((rec_turn(0, rec),)), set())

@@ -142,7 +142,6 @@ class TestMisses:
 
     def test_default_views_come_from_the_wire_codec(self):
         """With the default view function the report compares envelopes through the codec."""
-        pytest.importorskip("flowproof.wire.openai_chat", reason="the openai-chat codec is not present")
         a = chat("a")
         r = Replayer(cassette(a))
         other = dict(a, model="gpt-4.1")
