@@ -5,7 +5,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 
 from flowproof.cassette import Cassette, RecordedRequest, RecordedResponse, RecordedTurn, body_sha256
 from flowproof.model import RequestView
