@@ -3,7 +3,6 @@ from __future__ import annotations
 import copy
 import json
 
-import pytest
 
 from flowproof.cassette import Cassette, RecordedRequest, RecordedResponse, RecordedTurn
 from flowproof.divergence import (
