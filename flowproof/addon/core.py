@@ -447,7 +447,7 @@ class Flowproof:
         try:
             recorded = self._recorded_response(flow.response, state)
         except FlowproofError as e:
-            self.events.write("error", text=f"cannot record the response to {state.url}: {e}")
+            self.events.write("error", id=flow.id, text=f"cannot record the response to {state.url}: {e}")
             return
         turn = RecordedTurn(
             index=self._completed,
