@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from flowproof.model import RequestView, ResponseView
+from flowproof.wire.base import Codec
 from flowproof.wire.sse import SSEEvent, parse_sse
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -39,6 +40,26 @@ def view_to_json(view: RequestView | ResponseView) -> dict[str, Any]:
     out["roles"] = list(view.roles)
     out["tool_results"] = [dataclasses.asdict(r) for r in view.tool_results]
     return out
+
+
+def view_of_file(codec: Codec, path: Path) -> dict[str, Any]:
+    """Run ``codec`` on one golden input file (request, JSON response or SSE) as plain JSON."""
+    body = path.read_bytes()
+    if path.name.endswith(".request.json"):
+        return view_to_json(codec.parse_request(body))
+    if path.name.endswith(".response.json"):
+        return view_to_json(codec.parse_response(body))
+    return view_to_json(codec.parse_events(parse_sse(body)))
+
+
+def golden_cases(directory: Path) -> list[Any]:
+    """One ``pytest.param(source, expected, id=case)`` per ``<case>.expected.json`` in ``directory``."""
+    cases = []
+    for expected in sorted(directory.glob("*.expected.json")):
+        case = expected.name.removesuffix(".expected.json")
+        (source,) = [p for p in directory.glob(f"{case}.*") if p != expected]
+        cases.append(pytest.param(source, expected, id=case))
+    return cases
 
 
 class Golden:

@@ -16,58 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flowproof.errors import WireError
-from flowproof.model import FinishReason, RequestView, ResponseView
+from flowproof.model import FinishReason
 from flowproof.wire.anthropic import CODEC, AnthropicCodec
 from flowproof.wire.sse import SSEDecoder, SSEEvent, make_event, parse_sse
 
+from .conftest import golden_cases, view_of_file
+
 DATA = Path(__file__).parent / "data" / "anthropic"
-
-
-def _request_view_json(view: RequestView) -> dict[str, Any]:
-    return {
-        "provider": view.provider,
-        "model": view.model,
-        "system": view.system,
-        "tools": list(view.tools),
-        "roles": list(view.roles),
-        "tool_results": [
-            {"call_id": r.call_id, "name": r.name, "content": r.content} for r in view.tool_results
-        ],
-        "stream": view.stream,
-        "text_size": view.text_size,
-    }
-
-
-def _response_view_json(view: ResponseView) -> dict[str, Any]:
-    return {
-        "text": view.text,
-        "tool_calls": [
-            {"name": c.name, "call_id": c.call_id, "arguments_raw": c.arguments_raw}
-            for c in view.tool_calls
-        ],
-        "finish_reason": str(view.finish_reason),
-        "raw_finish_reason": view.raw_finish_reason,
-        "model": view.model,
-    }
-
-
-def _view_of(path: Path) -> dict[str, Any]:
-    """Run the codec on one golden input file and return the view as JSON-able data."""
-    body = path.read_bytes()
-    if path.name.endswith(".request.json"):
-        return _request_view_json(CODEC.parse_request(body))
-    if path.name.endswith(".response.json"):
-        return _response_view_json(CODEC.parse_response(body))
-    return _response_view_json(CODEC.parse_events(parse_sse(body)))
-
-
-def _golden_cases() -> list[Any]:
-    cases = []
-    for expected in sorted(DATA.glob("*.expected.json")):
-        case = expected.name.removesuffix(".expected.json")
-        (source,) = [p for p in DATA.glob(f"{case}.*") if p != expected]
-        cases.append(pytest.param(source, expected, id=case))
-    return cases
 
 
 def _body(**fields: Any) -> bytes:
@@ -135,12 +90,12 @@ CONVERSATION = {
 
 
 class TestGolden:
-    @pytest.mark.parametrize(("source", "expected"), _golden_cases())
+    @pytest.mark.parametrize(("source", "expected"), golden_cases(DATA))
     def test_golden_view(self, source: Path, expected: Path) -> None:
         """Each documented payload parses to exactly the view its expected file pins."""
         want = json.loads(expected.read_text(encoding="utf-8"))
         want.pop("source")
-        assert _view_of(source) == want
+        assert view_of_file(CODEC, source) == want
 
     def test_golden_cases_exist(self) -> None:
         """The golden directory holds request, response and stream cases."""
