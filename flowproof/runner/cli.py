@@ -198,8 +198,8 @@ def check_command(specs: tuple[Path, ...]) -> None:
 
 
 @cli.command("diff")
-@click.argument("old", type=click.Path(path_type=Path, dir_okay=False))
-@click.argument("new", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("old", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("new", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @_edge
 def diff_command(old: Path, new: Path) -> None:
     """The heal diff between two cassettes, turn by turn."""
@@ -211,7 +211,7 @@ def diff_command(old: Path, new: Path) -> None:
 
 
 @cli.command("show")
-@click.argument("cassette", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("cassette", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @_edge
 def show_command(cassette: Path) -> None:
     """A cassette as a readable conversation."""

@@ -176,6 +176,17 @@ class TestDiffShow:
         res = invoke(cli, ["show", bad])
         assert res.exit_code == 2 and "not valid JSON" in res.output and "Traceback" not in res.output
 
+    @pytest.mark.parametrize("command", ["diff", "show"])
+    def test_missing_cassette_file_is_named(self, tmp_path: Path, command: str) -> None:
+        """A cassette path that does not exist is a usage error naming it, not a record hint."""
+        present = tmp_path / "c.json"
+        present.write_text(cassette_text(BOOKING_TURNS))
+        args = [command, tmp_path / "nope.json"] + ([present] if command == "diff" else [])
+        res = invoke(cli, args)
+        assert res.exit_code == 2
+        assert "nope.json" in res.output and "does not exist" in res.output
+        assert "--record" not in res.output
+
     def test_show(self, tmp_path: Path) -> None:
         """flowproof show prints the conversation."""
         c = tmp_path / "c.json"
