@@ -10,6 +10,7 @@ import pytest
 from flowproof.errors import ProxyError
 from flowproof.runner.proxy import (
     ProxySettings,
+    _log_ends_with_done,
     build_command,
     free_port,
     read_events,
@@ -41,6 +42,27 @@ class TestReadEvents:
     def test_missing_file_is_empty(self, tmp_path: Path) -> None:
         """A log that does not exist yet has no events."""
         assert read_events(tmp_path / "nope.jsonl") == []
+
+
+class TestDoneDetection:
+    @pytest.mark.parametrize(
+        ("content", "done"),
+        [
+            pytest.param(b'{"event": "ready"}\n{"event": "done", "unconsumed": []}\n', True, id="done-last"),
+            pytest.param(b'{"event": "done", "unconsumed": []}\n{"event": "turn"}\n', False, id="done-earlier"),
+            pytest.param(b'{"event": "ready"}\n{"event": "done", "unconsu', False, id="done-half-written"),
+            pytest.param(b"", False, id="empty"),
+        ],
+    )
+    def test_only_a_complete_final_done_line_counts(self, tmp_path: Path, content: bytes, done: bool) -> None:
+        """Stopping early is allowed only once the done event is the last complete line."""
+        log = tmp_path / "e.jsonl"
+        log.write_bytes(content)
+        assert _log_ends_with_done(log) is done
+
+    def test_missing_log_is_not_done(self, tmp_path: Path) -> None:
+        """No log yet means the done hook has not run."""
+        assert not _log_ends_with_done(tmp_path / "nope.jsonl")
 
 
 class TestBuildCommand:
