@@ -17,12 +17,13 @@ trajectory actually held (the nearest call, the actual value at the path).
 from __future__ import annotations
 
 import json
-import re
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from flowproof.model import ToolCall
+from flowproof.spec.clauses import compile_pattern
 from flowproof.spec.paths import resolve_path
 from flowproof.spec.types import (
     Clause,
@@ -170,10 +171,8 @@ def _failures(step: ToolCallAssertion, call: ToolCall) -> int:
 
 def _clause_lines(step: ToolCallAssertion, call: ToolCall) -> list[str]:
     if not call.is_json:
-        return [
-            "  its arguments were not valid JSON, so no where clause can match:"
-            f" {_excerpt(call.arguments_raw)!r}"
-        ]
+        raw = _quote(_excerpt(call.arguments_raw))
+        return [f"  its arguments were not valid JSON, so no where clause can match: {raw}"]
     return [f"  {chk.detail}" for c in step.clauses if not (chk := check_clause(c, call)).passed]
 
 
@@ -188,7 +187,13 @@ def _called_tools(calls: Sequence[ToolCall]) -> str:
 
 def _evaluate_no_call(step: ToolCallAssertion, calls: Sequence[ToolCall]) -> AssertionResult:
     what = describe_assertion(step)
-    offending = [i for i, c in enumerate(calls) if _call_matches(step, c)]
+    # A call whose arguments are not JSON cannot be ruled out by a where clause: a guard
+    # that passed on it would prove nothing, so it counts against the guard.
+    offending = [
+        i
+        for i, c in enumerate(calls)
+        if _call_matches(step, c) or (c.name == step.tool and not c.is_json)
+    ]
     if not offending:
         if step.clauses:
             message = f"no call to {what}"
@@ -198,7 +203,13 @@ def _evaluate_no_call(step: ToolCallAssertion, calls: Sequence[ToolCall]) -> Ass
     lines = [f"expected no call to {what}"]
     for i in offending:
         args = _excerpt(calls[i].arguments_raw)
-        lines.append(f"  but {_named_ref(i, calls)} was made with {args}")
+        if step.clauses and not calls[i].is_json:
+            lines.append(
+                f"  but {_named_ref(i, calls)} was made with arguments that are not valid JSON,"
+                f" so the where clauses cannot rule it out: {_quote(args)}"
+            )
+        else:
+            lines.append(f"  but {_named_ref(i, calls)} was made with {_args_text(calls[i])}")
     return AssertionResult(step, False, "\n".join(lines), step.location)
 
 
@@ -232,7 +243,7 @@ def _evaluate_strict(
         )
     lines = ["strict: true forbids tool calls no assert_tool_call lists, but the agent made:"]
     for i in unlisted:
-        lines.append(f"  - {_named_ref(i, calls)} with {_excerpt(calls[i].arguments_raw)}")
+        lines.append(f"  - {_named_ref(i, calls)} with {_args_text(calls[i])}")
     return AssertionResult(None, False, "\n".join(lines), spec.location)
 
 
@@ -249,7 +260,7 @@ def check_clause(clause: Clause, call: ToolCall) -> ClauseCheck:
         return ClauseCheck(
             clause,
             False,
-            f"the arguments were not valid JSON: {_excerpt(call.arguments_raw)!r}",
+            f"the arguments were not valid JSON: {_quote(_excerpt(call.arguments_raw))}",
         )
     found, actual = resolve_path(call.arguments, clause.segments)
     path, matcher, value = clause.path, clause.matcher, clause.value
@@ -283,9 +294,9 @@ def check_clause(clause: Clause, call: ToolCall) -> ClauseCheck:
     pattern = clause.pattern
     if pattern is None:
         try:
-            pattern = re.compile(expected)
-        except re.error as exc:
-            return ClauseCheck(clause, False, f"{path}: the pattern {expected!r} is invalid: {exc}")
+            pattern = compile_pattern(expected)
+        except ValueError as exc:
+            return ClauseCheck(clause, False, f"{path}: the pattern is invalid: {exc}")
     text = actual if isinstance(actual, str) else _json_text(actual)
     ok = pattern.search(text) is not None
     return ClauseCheck(
@@ -308,6 +319,10 @@ def _equals(actual: Any, expected: str) -> bool:
         return actual == expected
     if _json_text(actual) == expected:
         return True
+    if isinstance(actual, int | float) and not isinstance(actual, bool):
+        # JSON numbers compare by value: `equals 10.50` matches 10.5, `equals 1` matches 1.0.
+        number = _number(expected)
+        return number is not None and actual == number
     if isinstance(actual, (list, dict)):
         # A container written with spaces ([1, 2]) still means the same JSON.
         try:
@@ -315,6 +330,16 @@ def _equals(actual: Any, expected: str) -> bool:
         except (ValueError, RecursionError):
             return False
     return False
+
+
+def _number(text: str) -> int | float | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return None
+    return value
 
 
 def _contains(actual: Any, expected: str) -> bool:
@@ -325,6 +350,13 @@ def _contains(actual: Any, expected: str) -> bool:
     if isinstance(actual, dict):
         return expected in actual
     return expected in _json_text(actual)
+
+
+def _args_text(call: ToolCall) -> str:
+    """A call's arguments as a message shows them: the raw text, cut; never a dangling blank."""
+    if not call.arguments_raw.strip():
+        return "no arguments"
+    return _excerpt(call.arguments_raw)
 
 
 def _show(value: Any) -> str:

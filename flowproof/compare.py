@@ -91,16 +91,18 @@ class CompareResult:
                 lv = live[i] if i < len(live) else None
                 if r == lv:
                     continue
-                lines.append(f"    call {i + 1}: recorded {_show_call(r)}, live {_show_call(lv)}")
+                shown_r, shown_lv = _show_calls(r, lv)
+                lines.append(f"    call {i + 1}: recorded {shown_r}, live {shown_lv}")
         if not self.finish_reason.equal:
             lines.append(
                 f"  finish reason: recorded {self.finish_reason.recorded.value},"
                 f" live {self.finish_reason.live.value}"
             )
         if self.text.status == "different":
+            rec_text, live_text = _excerpts(self.text.recorded, self.text.live)
             lines.append("  text differs:")
-            lines.append(f"    recorded: {_excerpt(self.text.recorded)}")
-            lines.append(f"    live:     {_excerpt(self.text.live)}")
+            lines.append(f"    recorded: {json.dumps(rec_text, ensure_ascii=False)}")
+            lines.append(f"    live:     {json.dumps(live_text, ensure_ascii=False)}")
         else:
             lines.append(f"  text: {self.text.status}")
         return "\n".join(lines)
@@ -203,13 +205,30 @@ def _normalize_text(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
-def _show_call(call: tuple[str, str] | None) -> str:
-    if call is None:
-        return "(no call)"
-    name, args = call
-    return f"{name} {_excerpt(args, quote=False)}"
+def _show_calls(recorded: tuple[str, str] | None, live: tuple[str, str] | None) -> tuple[str, str]:
+    """Both calls for display; long arguments are cut around where they first differ."""
+    rec_args, live_args = _excerpts(recorded[1] if recorded else "", live[1] if live else "")
+    return (
+        f"{recorded[0]} {rec_args}" if recorded else "(no call)",
+        f"{live[0]} {live_args}" if live else "(no call)",
+    )
 
 
-def _excerpt(text: str, quote: bool = True) -> str:
-    short = text if len(text) <= _EXCERPT else text[: _EXCERPT - 1] + "…"
-    return json.dumps(short, ensure_ascii=False) if quote else short
+def _excerpts(a: str, b: str) -> tuple[str, str]:
+    """Cut two long texts to the same window around their first difference.
+
+    Cutting each from its start would show two identical excerpts whenever the
+    texts only differ past the cut, which hides the very drift being reported.
+    """
+    if len(a) <= _EXCERPT and len(b) <= _EXCERPT:
+        return a, b
+    # Equal texts (the calls differ by name only) are shown from their start.
+    same = min(len(a), len(b)) if a != b else 0
+    at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), same)
+    start = max(0, at - _EXCERPT // 3)
+
+    def cut(text: str) -> str:
+        end = start + _EXCERPT
+        return ("…" if start > 0 else "") + text[start:end] + ("…" if end < len(text) else "")
+
+    return cut(a), cut(b)

@@ -76,7 +76,8 @@ class FieldChange:
     @property
     def full_path(self) -> str:
         """``path``, plus `` → inner`` for a difference inside a JSON string."""
-        return f"{self.path} → {self.inner}" if self.inner else self.path
+        path = self.path or "the body"  # the root itself changed (a list where an object was)
+        return f"{path} → {self.inner}" if self.inner else path
 
     def render(self) -> str:
         """``path: recorded X, replayed Y``, long values trimmed around the first difference."""
@@ -259,6 +260,14 @@ def _parse_json_container(value: Any) -> tuple[bool, Any]:
     return isinstance(parsed, dict | list), parsed
 
 
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
 def _leaf_changes(recorded: Any, replayed: Any) -> list[tuple[list[Any], Any, Any]]:
     """Every differing leaf as (path segments, recorded, replayed), in body order."""
     from deepdiff import DeepDiff
@@ -266,7 +275,10 @@ def _leaf_changes(recorded: Any, replayed: Any) -> list[tuple[list[Any], Any, An
 
     # threshold_to_diff_deeper=0: always descend, so a changed key names its own path
     # instead of the whole enclosing object being reported as replaced.
-    diff = DeepDiff(recorded, replayed, view="tree", verbose_level=2, threshold_to_diff_deeper=0)
+    # ignore_nan_inequality: NaN (Python's json accepts it) never equals itself, and a
+    # report line "recorded NaN, replayed NaN" names no change at all.
+    diff = DeepDiff(recorded, replayed, view="tree", verbose_level=2, threshold_to_diff_deeper=0,
+                    ignore_nan_inequality=True)
     out: list[tuple[list[Any], Any, Any]] = []
     for report_type in diff:
         for level in diff[report_type]:
@@ -298,7 +310,7 @@ def diff_fields(recorded: Any, replayed: Any) -> list[FieldChange]:
                     continue
                 # Otherwise the JSON is equal (only key order or spacing moved: the cassette
                 # pins the raw string) or its root changed type: show the two strings.
-            elif segments and segments[-1] == "arguments":
+            elif segments and segments[-1] == "arguments" and not (_is_json(rec) and _is_json(rep)):
                 # Tool-call arguments that do not parse: a field-level answer would be half a truth.
                 changes.append(FieldChange(path, rec, rep, whole=True))
                 continue

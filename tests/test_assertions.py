@@ -7,9 +7,13 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flowproof.assertions import AssertionResult, check_clause, describe_assertion, evaluate
+from flowproof.errors import SpecError
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, Turn
+from flowproof.spec import parse_tool_line, resolve_variables
 from flowproof.spec.types import (
     AgentSpec,
     Clause,
@@ -188,7 +192,7 @@ class TestSubsequence:
         (result,) = run(traj, call_step("create_booking", clause("flight.id", Matcher.EXISTS)))
         assert not result.passed
         assert "not valid JSON" in result.message
-        assert "'{\"flight\": '" in result.message
+        assert '"{\\"flight\\": "' in result.message
 
     def test_not_json_arguments_still_match_without_clauses(self) -> None:
         """A call with invalid JSON arguments still matches an assertion with no clauses."""
@@ -384,9 +388,171 @@ class TestMatchers:
         """Every clause on invalid JSON arguments fails, even is absent."""
         result = check_clause(clause("x", Matcher.ABSENT), ToolCall("t", "not json"))
         assert not result.passed
-        assert result.detail == "the arguments were not valid JSON: 'not json'"
+        assert result.detail == 'the arguments were not valid JSON: "not json"'
 
     def test_describe_assertion(self) -> None:
         """An assertion reads back as prose with its clauses joined by and."""
         step = call_step("book", clause("a", Matcher.EQUALS, "1"), clause("b", Matcher.ABSENT))
         assert describe_assertion(step) == "book where a equals 1 and b is absent"
+
+
+class TestNumbersAndPatterns:
+    @pytest.mark.parametrize(
+        ("raw", "value", "expected"),
+        [
+            pytest.param('{"v": 10.50}', "10.50", True, id="trailing-zero"),
+            pytest.param('{"v": 1.0}', "1", True, id="float-vs-int"),
+            pytest.param('{"v": 1}', "1.0", True, id="int-vs-float"),
+            pytest.param('{"v": 1000}', "1e3", True, id="exponent"),
+            pytest.param('{"v": 1}', "true", False, id="bool-text-is-not-one"),
+            pytest.param('{"v": true}', "1", False, id="bool-is-not-one"),
+            pytest.param('{"v": 2}', "2.5", False, id="other-number"),
+        ],
+    )
+    def test_equals_compares_json_numbers_by_value(self, raw: str, value: str, expected: bool):
+        """equals compares a JSON number with a numeric value by value, not by spelling."""
+        result = check_clause(clause("v", Matcher.EQUALS, value), ToolCall("t", raw))
+        assert result.passed is expected
+
+    def test_contains_finds_a_number_spelled_differently(self) -> None:
+        """contains on a list finds a number written with a different spelling."""
+        result = check_clause(clause("v", Matcher.CONTAINS, "1"), ToolCall("t", '{"v": [1.0]}'))
+        assert result.passed
+
+    def test_overflowing_pattern_fails_instead_of_raising(self) -> None:
+        """An uncompiled pattern with an out-of-range repeat fails the clause, never raises."""
+        bad = Clause("v", ("v",), Matcher.MATCHES, "a{99999999999}", None, LOC)
+        result = check_clause(bad, call("t", {"v": "a"}))
+        assert not result.passed
+        assert result.detail.startswith("v: the pattern is invalid: bad regular expression")
+
+    def test_invalid_pattern_message_has_no_python_repr(self) -> None:
+        """The invalid-pattern message shows the pattern in backticks, not as a Python repr."""
+        bad = Clause("v", ("v",), Matcher.MATCHES, "(", None, LOC)
+        assert check_clause(bad, call("t", {"v": "a"})).detail == (
+            "v: the pattern is invalid: bad regular expression `(`:"
+            " missing ), unterminated subpattern at position 0"
+        )
+
+
+class TestGuardEdges:
+    def test_non_json_call_fails_a_guard_with_clauses(self) -> None:
+        """A call whose arguments are not JSON cannot be ruled out, so the guard fails."""
+        traj = trajectory(call("issue_refund", '{"status": "approved"'))
+        (result,) = run(traj, no_call("issue_refund", clause("status", Matcher.EQUALS, "approved")))
+        assert not result.passed
+        assert result.message == (
+            "expected no call to issue_refund where status equals approved\n"
+            "  but issue_refund (call 1 of 1) was made with arguments that are not valid JSON,"
+            ' so the where clauses cannot rule it out: "{\\"status\\": \\"approved\\""'
+        )
+
+    def test_non_json_call_of_another_tool_leaves_the_guard_alone(self) -> None:
+        """Unparsable arguments of a different tool do not fail the guard."""
+        traj = trajectory(call("search", "{oops"))
+        (result,) = run(traj, no_call("issue_refund", clause("status", Matcher.EXISTS)))
+        assert result.passed
+
+    def test_empty_arguments_read_as_no_arguments(self) -> None:
+        """A call with an empty argument string is shown as "no arguments", not a blank."""
+        traj = trajectory(call("issue_refund", ""))
+        (guard, strict) = run(traj, no_call("issue_refund"), strict=True)
+        assert guard.message.endswith("issue_refund (call 1 of 1) was made with no arguments")
+        assert strict.message.endswith("  - issue_refund (call 1 of 1) with no arguments")
+
+    def test_strict_and_guard_both_report_a_forbidden_call(self) -> None:
+        """Under strict, a forbidden unlisted call fails the guard and the strict check."""
+        traj = trajectory(call("search", {}), call("issue_refund", {"id": 7}))
+        results = run(traj, call_step("search"), no_call("issue_refund"), strict=True)
+        assert [r.passed for r in results] == [True, False, False]
+        assert "issue_refund (call 2 of 2)" in results[2].message
+
+    def test_strict_with_only_a_guard_passes_when_no_call_is_made(self) -> None:
+        """A strict flow that only forbids a call passes when the agent calls nothing."""
+        results = run(trajectory(), no_call("issue_refund"), strict=True)
+        assert [r.passed for r in results] == [True, True]
+
+    def test_side_thread_call_satisfies_assert_tool_call(self) -> None:
+        """assert_tool_call covers every thread, so a call made in a side conversation counts."""
+        main = RequestView("openai-chat", "gpt-4o", SYSTEM, (), ("user",), (), False, 5000)
+        side = RequestView("openai-chat", "gpt-4o", "Name this chat.", (), ("user",), (), False, 50)
+        traj = build_trajectory(
+            [
+                Turn(0, side, ResponseView("", (call("set_title", {}),), FinishReason.TOOL_CALLS)),
+                Turn(1, main, ResponseView("Done.", (), FinishReason.STOP)),
+                Turn(2, main, ResponseView("Done.", (), FinishReason.STOP)),
+            ]
+        )
+        (result,) = run(traj, call_step("set_title"))
+        assert result.passed and traj.reply == "Done."
+
+
+_KEYS = st.sampled_from(["a", "b", "0", "1", "", "a.b", "ü"]) | st.text(max_size=4)
+_LEAVES = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
+_JSON = st.recursive(
+    _LEAVES,
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(_KEYS, c, max_size=3),
+    max_leaves=12,
+)
+_RAW = _JSON.map(json.dumps) | st.text(max_size=20) | st.sampled_from(["", "{", "NaN", "1" * 5000])
+_CALLS = st.builds(ToolCall, st.sampled_from(["a", "b", "c"]), _RAW)
+_RESPONSES = st.none() | st.builds(
+    ResponseView,
+    st.text(max_size=300),
+    st.lists(_CALLS, max_size=3).map(tuple),
+    st.sampled_from(list(FinishReason)),
+)
+_TURNS = st.lists(st.tuples(st.sampled_from(["S1", "S2", ""]), _RESPONSES), max_size=6)
+_CLAUSES = st.tuples(
+    st.sampled_from(["a", "b", "0", "a.0", "a.b.c", "ü"]),
+    st.sampled_from(
+        [
+            "equals v",
+            "is 1",
+            "contains a",
+            "matches ^a",
+            "exists",
+            "is absent",
+            "equals null",
+            "equals [1, 2]",
+            "contains 1.0",
+            "matches ${V}",
+            "equals ${V}",
+        ]
+    ),
+).map(" ".join)
+_LINES = st.tuples(st.sampled_from(["a", "b", "c"]), st.lists(_CLAUSES, max_size=3)).map(
+    lambda t: t[0] + (" where " + " and ".join(t[1]) if t[1] else "")
+)
+_STEPS = st.lists(st.tuples(st.sampled_from(["call", "no", "reply"]), _LINES), max_size=5)
+
+
+class TestEvaluateProperties:
+    @settings(max_examples=150, deadline=None)
+    @given(_TURNS, _STEPS, st.booleans(), st.sampled_from(["a", "(", "x{99999999999}", "[0-9"]))
+    def test_evaluate_never_raises_and_messages_read_well(
+        self, turns: list, steps: list, strict: bool, var: str
+    ) -> None:
+        """Any trajectory and any valid clauses give one bounded, repr-free result per step."""
+        traj = build_trajectory(
+            [
+                Turn(i, RequestView("p", "m", system, (), (), (), False, 10), response)
+                for i, (system, response) in enumerate(turns)
+            ]
+        )
+        built: list[Step] = []
+        for kind, line in steps:
+            if kind == "reply":
+                built.append(reply_step(line))
+                continue
+            tool, clauses = parse_tool_line(line, LOC)
+            built.append(ToolCallAssertion(tool, clauses, kind == "no", line, LOC))
+        try:
+            spec = resolve_variables(make_spec(*built, strict=strict), {"V": var})
+        except SpecError:
+            return
+        results = evaluate(spec, traj)
+        assert len(results) == len(built) + strict
+        for result in results:
+            assert "Matcher." not in result.message and "None" not in result.message
+            assert len(result.message) < 6000

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry import trace
 
 from flowproof.compare import (
@@ -208,3 +210,68 @@ class TestSpan:
         record_on_span(compare_responses(text("a"), text("b"), 0))
         with pytest.raises(ImportError):
             __import__("opentelemetry")
+
+
+class TestLongValues:
+    def test_long_texts_are_cut_around_their_difference(self) -> None:
+        """Long texts differing late show the differing words, not two identical openings."""
+        lead = "Here is your itinerary. " * 10
+        result = compare_responses(
+            text(lead + "Flight KQ311 departs at 9:00."),
+            text(lead + "Flight KQ999 departs at 9:00."),
+            2,
+        )
+        lines = result.render().splitlines()
+        assert (
+            lines[2]
+            == '    recorded: "…erary. Here is your itinerary. Flight KQ311 departs at 9:00."'
+        )
+        assert (
+            lines[3]
+            == '    live:     "…erary. Here is your itinerary. Flight KQ999 departs at 9:00."'
+        )
+
+    def test_long_arguments_are_cut_around_their_difference(self) -> None:
+        """Long arguments differing late show the differing value on both sides."""
+        padding = ",".join(f'"k{i}":"value number {i}"' for i in range(12))
+        rec = booking("{" + padding + ',"z":"KQ311"}')
+        live = booking("{" + padding + ',"z":"KQ999"}')
+        line = compare_responses(rec, live, 0).render().splitlines()[2]
+        assert '"z":"KQ311"}, live create_booking …' in line
+        assert line.endswith('"z":"KQ999"}')
+        assert len(line) < 2 * 130 + 60
+
+    def test_name_change_with_long_equal_arguments_shows_their_start(self) -> None:
+        """Calls that differ only by name show their equal arguments from the start."""
+        args = '{"note":"' + "x" * 300 + '"}'
+        rec = ResponseView("", (ToolCall("a", args),), FinishReason.TOOL_CALLS)
+        live = ResponseView("", (ToolCall("b", args),), FinishReason.TOOL_CALLS)
+        line = compare_responses(rec, live, 0).render().splitlines()[2]
+        assert line.startswith('    call 1: recorded a {"note":"xxx')
+
+
+_TEXTS = st.text(max_size=400) | st.sampled_from(["", " ", "Booked.", "booked.  "])
+_CALL_LISTS = st.lists(
+    st.builds(ToolCall, st.sampled_from(["a", "b"]), st.text(max_size=300) | st.just('{"x": 1}')),
+    max_size=3,
+).map(tuple)
+_VIEWS = st.builds(ResponseView, _TEXTS, _CALL_LISTS, st.sampled_from(list(FinishReason)))
+
+
+class TestCompareProperties:
+    @settings(max_examples=200, deadline=None)
+    @given(_VIEWS, _VIEWS)
+    def test_compare_is_symmetric_and_renders_bounded(
+        self, a: ResponseView, b: ResponseView
+    ) -> None:
+        """Swapping the sides keeps every verdict, and the report stays a few short lines."""
+        ab, ba = compare_responses(a, b, 0), compare_responses(b, a, 0)
+        assert (ab.equal, ab.tool_calls_equal, ab.text.status) == (
+            ba.equal,
+            ba.tool_calls_equal,
+            ba.text.status,
+        )
+        assert ab.finish_reason.equal == ba.finish_reason.equal
+        rendered = ab.render()
+        assert len(rendered) < 2000
+        assert compare_responses(a, a, 0).equal

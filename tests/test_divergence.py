@@ -3,6 +3,8 @@ from __future__ import annotations
 import copy
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flowproof.cassette import Cassette, RecordedRequest, RecordedResponse, RecordedTurn
 from flowproof.divergence import (
@@ -16,6 +18,7 @@ from flowproof.divergence import (
     format_value,
 )
 from flowproof.model import RequestView
+from flowproof.spec.paths import resolve_path
 
 SYSTEM = "You are a booking assistant. Always confirm before booking."
 TOOL = {"type": "function", "function": {"name": "search_flights", "parameters": {"type": "object"}}}
@@ -320,3 +323,67 @@ class TestDivergenceData:
         assert missing.render(CMD).splitlines()[-1] == (
             f"If the agent now makes fewer calls on purpose, re-record the cassette: {CMD}"
         )
+
+
+class TestFieldDiffEdges:
+    def test_nan_on_both_sides_is_not_a_change(self):
+        """NaN, which Python's json accepts, is not reported as changed against itself."""
+        changes = diff_fields({"t": float("nan"), "n": 1}, {"t": float("nan"), "n": 2})
+        assert [c.render() for c in changes] == ["n: recorded 1, replayed 2"]
+
+    def test_json_scalar_arguments_are_not_called_invalid(self):
+        """Arguments that are valid JSON scalars show both strings without the not-valid-JSON claim."""
+        (change,) = diff_fields({"arguments": "5"}, {"arguments": "6"})
+        assert not change.whole
+        assert change.render() == 'arguments: recorded "5", replayed "6"'
+
+    def test_root_type_change_names_the_body(self):
+        """A body whose root changed type is named as the body, not an empty path."""
+        (change,) = diff_fields({"a": 1}, [1])
+        assert change.render() == 'the body: recorded {"a":1}, replayed [1]'
+
+
+_DIFF_KEYS = st.text(alphabet=st.characters(blacklist_characters="."), min_size=1, max_size=6) | (
+    st.sampled_from(["root", "root['a']", "x[0]", "[", "]", "'", "0", "a b"])
+)
+_DIFF_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+    | st.text(min_size=100, max_size=3000)
+)
+_DIFF_JSON = st.recursive(
+    _DIFF_LEAVES,
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(_DIFF_KEYS, c, max_size=4),
+    max_leaves=20,
+)
+
+
+class TestDiffProperties:
+    @settings(max_examples=200, deadline=None)
+    @given(_DIFF_JSON, _DIFF_JSON)
+    def test_paths_are_dotted_and_resolve_on_their_side(self, recorded, replayed):
+        """Every changed path is the spec's dotted path to the value shown, never a deepdiff root[...]."""
+        for change in diff_fields(recorded, replayed):
+            segments = tuple(change.path.split(".")) if change.path else ()
+            for side, shown in ((recorded, change.recorded), (replayed, change.replayed)):
+                if shown is ABSENT:
+                    # Added or removed: the container holding it exists on this side.
+                    assert segments and resolve_path(side, segments[:-1])[0]
+                elif segments:
+                    assert resolve_path(side, segments) == (True, shown)
+                else:
+                    assert side == shown
+
+    @settings(max_examples=150, deadline=None)
+    @given(_DIFF_JSON, _DIFF_JSON)
+    def test_explain_miss_renders_bounded(self, recorded, replayed):
+        """A report on arbitrary bodies renders, serializes, and stays a bounded size."""
+        cassette = Cassette((rec_turn(0, {"body": recorded}),))
+        divergence = explain_miss({"body": replayed}, None, cassette, set(), request_number=1)
+        rendered = divergence.render(CMD)
+        json.dumps(divergence.to_json())
+        assert rendered.splitlines()[0].startswith("request 1 matches no recorded turn")
+        assert len(rendered) < (MAX_FIELDS + 1) * 400 + 500

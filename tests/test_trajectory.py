@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, Turn
 from flowproof.trajectory import build_trajectory
 
@@ -156,3 +161,32 @@ class TestReply:
         assert traj.main is None and traj.reply is None
         assert traj.reply_absent_reason == "no model call was made"
         assert traj.tool_calls == ()
+
+
+class TestOrderIndependence:
+    @settings(max_examples=150, deadline=None)
+    @given(
+        st.integers(min_value=1, max_value=4),
+        st.integers(min_value=1, max_value=4),
+        st.randoms(use_true_random=False),
+    )
+    def test_interleaving_threads_never_changes_the_reply(
+        self, main_turns: int, side_turns: int, rnd: random.Random
+    ) -> None:
+        """However a side conversation interleaves with the main one, the reply is the same."""
+        side_turns = min(side_turns, main_turns)  # the rule's stated limit: the side is not bigger
+        labels = ["main"] * main_turns + ["side"] * side_turns
+        rnd.shuffle(labels)
+        done = {"main": 0, "side": 0}
+        turns = []
+        for index, label in enumerate(labels):
+            done[label] += 1
+            system, size = (MAIN_SYSTEM, 4000) if label == "main" else (TITLE_SYSTEM, 60)
+            if label == "main" and done["main"] < main_turns:
+                turns.append(tool_turn(index, system, ToolCall("search", "{}")))
+            else:
+                turns.append(reply_turn(index, system, f"{label} says done", size))
+        rnd.shuffle(turns)
+        traj = build_trajectory(turns)
+        assert traj.reply == "main says done"
+        assert [t.index for t in traj.turns] == list(range(len(labels)))

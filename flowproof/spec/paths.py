@@ -8,18 +8,23 @@ fields in ``volatile:`` rules (which also accept ``*`` for "every element").
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["format_path", "resolve_path", "split_path"]
 
+# `passengers[0]`: an index written in brackets, which the dotted syntax spells `passengers.0`.
+_BRACKET_INDEX = re.compile(r"\[([0-9]+)\]")
+
 
 def split_path(text: str) -> tuple[str, ...]:
     """Split ``a.b.0`` into ``("a", "b", "0")``.
 
-    Raises ValueError (with a sentence saying what is wrong) for an empty path or
-    an empty segment (``a..b``, ``.a``, ``a.``); callers turn that into a SpecError
-    at the right file position.
+    Raises ValueError (with a sentence saying what is wrong) for an empty path, an
+    empty segment (``a..b``, ``.a``, ``a.``), whitespace, or a bracket index
+    (``passengers[0]``, spelled ``passengers.0`` here); callers turn that into a
+    SpecError at the right file position.
 
     >>> split_path("passengers.0.name")
     ('passengers', '0', 'name')
@@ -31,6 +36,10 @@ def split_path(text: str) -> tuple[str, ...]:
         raise ValueError(f"the path `{text}` has an empty segment (two dots, or a dot at an end)")
     if any(s != s.strip() or any(c.isspace() for c in s) for s in segments):
         raise ValueError(f"the path `{text}` contains whitespace")
+    if _BRACKET_INDEX.search(text):
+        # Read as a key it would never be found, and a guard on it would pass vacuously.
+        dotted = _BRACKET_INDEX.sub(r".\1", text).lstrip(".")
+        raise ValueError(f"the path `{text}` indexes a list with brackets; write `{dotted}`")
     return segments
 
 

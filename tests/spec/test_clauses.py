@@ -292,3 +292,14 @@ class TestFuzz:
                 parse()
             except SpecError as e:
                 assert all(p.line == 3 and p.col >= 10 for p in e.problems)
+
+
+class TestBracketPath:
+    def test_bracket_index_in_a_clause_is_a_spec_error(self):
+        """A bracket-indexed path fails at its column instead of silently never matching."""
+        assert error_lines("issue_refund where items[0].status equals approved") == [
+            (
+                "f.flow.yaml:3:29: the path `items[0].status` indexes a list with brackets;"
+                " write `items.0.status` — write a dotted path such as `passengers.0.name`"
+            )
+        ]

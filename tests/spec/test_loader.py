@@ -557,6 +557,16 @@ volatile:
         """Each malformed rule is reported."""
         assert message in problems(MINIMAL + "volatile:\n" + entry)[0]
 
+    def test_bracket_index_path_is_refused(self, problems):
+        """A bracket-indexed path is an error instead of a key that slips past the refusals."""
+        assert problems(MINIMAL + "volatile:\n  - name: r\n    path: messages[0].content\n") == [
+            (
+                "8:11: the path `messages[0].content` indexes a list with brackets; write "
+                "`messages.0.content` — write a dotted body path such as `metadata.user_id` "
+                "(`*` = every list element)"
+            )
+        ]
+
 
 class TestFileAndYamlErrors:
     def test_missing_file(self, tmp_path):

@@ -99,3 +99,22 @@ class TestFormatPath:
     def test_round_trip(self):
         """format_path inverts split_path."""
         assert format_path(split_path("a.0.b")) == "a.0.b"
+
+
+class TestBracketIndex:
+    @pytest.mark.parametrize(
+        ("text", "dotted"),
+        [("items[0].status", "items.0.status"), ("a[0][1]", "a.0.1"), ("[2].x", "2.x")],
+    )
+    def test_bracket_index_is_refused_with_the_dotted_spelling(self, text, dotted):
+        """A bracket index is a ValueError whose message spells the dotted path."""
+        with pytest.raises(ValueError) as info:
+            split_path(text)
+        assert str(info.value) == (
+            f"the path `{text}` indexes a list with brackets; write `{dotted}`"
+        )
+
+    @pytest.mark.parametrize("text", ["tags[]", "a[x]", "price_[usd]"])
+    def test_brackets_without_a_number_stay_a_key(self, text):
+        """Brackets that hold no index are part of a plain key."""
+        assert split_path(text) == (text,)
