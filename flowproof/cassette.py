@@ -21,6 +21,7 @@ True
 
 from __future__ import annotations
 
+import codecs
 import functools
 import hashlib
 import json
@@ -147,7 +148,11 @@ class RecordedResponse:
 
             return encode_events(self.events)
         if self.body is not None:
-            return json.dumps(self.body, **_COMPACT).encode("utf-8")
+            try:
+                return json.dumps(self.body, **_COMPACT).encode("utf-8")
+            except UnicodeEncodeError:
+                # A lone surrogate (a JSON "\ud83d" escape) has no UTF-8 form: send it escaped.
+                return json.dumps(self.body, separators=(",", ":")).encode("ascii")
         if self.text is not None:
             return self.text.encode("utf-8", "surrogateescape")
         return b""
@@ -283,6 +288,27 @@ def _generator() -> str:
         return f"flowproof {version('flowproof')}"
     except Exception:  # noqa: BLE001 — metadata is cosmetic; a source checkout may lack it
         return "flowproof"
+
+
+def _file_errors(e: UnicodeError) -> tuple[bytes, int]:
+    """Encode a cassette's lone surrogates: U+DC80..U+DCFF back to the byte they escape
+    (surrogateescape, so an SSE stream that is not UTF-8 round-trips byte for byte),
+    any other one as its JSON escape ``\\udXXX`` (it sits inside a JSON string)."""
+    if not isinstance(e, UnicodeEncodeError):
+        raise e
+    out = bytearray()
+    for ch in e.object[e.start : e.end]:
+        cp = ord(ch)
+        if 0xDC80 <= cp <= 0xDCFF:
+            out.append(cp - 0xDC00)
+        elif 0xD800 <= cp <= 0xDFFF:
+            out += b"\\u%04x" % cp
+        else:
+            raise e
+    return bytes(out), e.end
+
+
+codecs.register_error("flowproof-cassette", _file_errors)
 
 
 def dumps_cassette(cassette: Cassette) -> str:
@@ -479,7 +505,7 @@ def save_cassette(cassette: Cassette, path: Path | str) -> None:
     p = Path(path)
     data = dumps_cassette(cassette)
     try:
-        payload = data.encode("utf-8", "surrogateescape")
+        payload = data.encode("utf-8", "flowproof-cassette")
     except UnicodeEncodeError as e:
         raise CassetteError(
             p, f"cannot be written: a body holds text that is not UTF-8 ({e.reason})"
@@ -554,7 +580,10 @@ def turn_views(turn: RecordedTurn) -> Turn:
     from flowproof.wire import codec_by_name
 
     codec = codec_by_name(turn.provider)
-    request = codec.parse_request(json.dumps(turn.request.body, **_COMPACT).encode("utf-8"))
+    # surrogatepass: json.loads decodes bytes with it, so a lone surrogate survives the trip.
+    request = codec.parse_request(
+        json.dumps(turn.request.body, **_COMPACT).encode("utf-8", "surrogatepass")
+    )
     resp = turn.response
     response: ResponseView
     if resp.status >= 400:

@@ -133,7 +133,15 @@ class Normalizer:
     b'{"a": 1}'
     """
 
-    __slots__ = ("_needles", "_path_re", "_paths", "_portable_map", "_restore_map", "_rules")
+    __slots__ = (
+        "_needles",
+        "_path_re",
+        "_paths",
+        "_portable_forms",
+        "_portable_re",
+        "_restore_map",
+        "_rules",
+    )
 
     def __init__(
         self,
@@ -154,25 +162,24 @@ class Normalizer:
         # /home/u/proj from eating the start of /home/u/project2.
         ordered = sorted(paths, key=len, reverse=True)
         self._path_re = (
-            re.compile("(?:" + "|".join(re.escape(p) for p in ordered) + r")(?![\w\-]|\.\w)")
+            re.compile("(?:" + "|".join(re.escape(p) for p in ordered) + ")" + _PATH_END)
             if ordered
             else None
         )
-        # Every way a path can appear in raw JSON bytes; none present means nothing to parse.
-        needles: set[bytes] = set()
+        # Every way a path can appear in raw JSON bytes (as is, \u-escaped, with \/), and
+        # its token; none present means nothing to parse. Longest first, as above.
+        forms: dict[bytes, bytes] = {}
         for p in ordered:
             for form in (p, json.dumps(p)[1:-1], json.dumps(p, ensure_ascii=False)[1:-1]):
-                needles.add(form.encode("utf-8"))
-                needles.add(form.replace("/", "\\/").encode("utf-8"))
-        self._needles = tuple(needles)
-        # restore/portable work on raw bytes (JSON or SSE of JSON): paths go in JSON-escaped.
+                for variant in (form, form.replace("/", "\\/")):
+                    forms.setdefault(variant.encode("utf-8"), paths[p].encode("utf-8"))
+        self._needles = tuple(forms)
+        self._portable_forms = tuple(sorted(forms.items(), key=lambda kv: len(kv[0]), reverse=True))
+        self._portable_re = re.compile(b"|".join(re.escape(f) for f in forms)) if forms else None
+        # restore works on raw bytes (JSON or SSE of JSON): paths go back JSON-escaped.
         self._restore_map = tuple(
             (tok.encode("utf-8"), json.dumps(p, ensure_ascii=False)[1:-1].encode("utf-8"))
             for p, tok in paths.items()
-        )
-        self._portable_map = tuple(
-            (json.dumps(p, ensure_ascii=False)[1:-1].encode("utf-8"), paths[p].encode("utf-8"))
-            for p in ordered
         )
 
     @property
@@ -203,7 +210,10 @@ class Normalizer:
             changed = changed or hit
         if not changed:
             return body
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        # surrogatepass: a lone surrogate (a JSON "\ud83d" escape, as JS agents send after
+        # cutting a string mid-pair) has no UTF-8 form; json.loads reads these bytes back.
+        compact = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+        return compact.encode("utf-8", "surrogatepass")
 
     def restore(self, data: bytes) -> bytes:
         """Put ``«cwd»``/``«home»`` back as this run's paths (for replayed response bytes)."""
@@ -215,16 +225,65 @@ class Normalizer:
     def portable(self, data: bytes) -> bytes:
         """Replace this run's cwd/home by ``«cwd»``/``«home»`` in raw (recorded response) bytes.
 
-        The inverse of `restore`; works on JSON and on SSE streams of JSON.
+        The inverse of `restore`; works on JSON and on SSE streams of JSON. It replaces
+        exactly what `apply` would in the decoded strings: escaped forms (``\\u00f6``,
+        ``\\/``) too, and not a path that merely starts a longer name (``proj`` in ``proj2``).
         """
-        for path, token in self._portable_map:
-            if path in data:
-                data = data.replace(path, token)
-        return data
+        pattern = self._portable_re
+        if pattern is None or not any(n in data for n in self._needles):
+            return data
+        out = bytearray()
+        pos = 0
+        while (m := pattern.search(data, pos)) is not None:
+            start = m.start()
+            for form, token in self._portable_forms:
+                end = start + len(form)
+                if data.startswith(form, start) and _END_RE.match(_json_chars_at(data, end)):
+                    out += data[pos:start]
+                    out += token
+                    pos = end
+                    break
+            else:  # only longer names start here: keep a byte, look again after it
+                out += data[pos : start + 1]
+                pos = start + 1
+        out += data[pos:]
+        return bytes(out)
 
     def _replace_paths(self, text: str) -> str:
         assert self._path_re is not None
         return self._path_re.sub(lambda m: self._paths[m.group(0)], text)
+
+
+# Where a cwd/home path ends: not inside a longer name (proj2, proj-old, proj.bak).
+_PATH_END = r"(?![\w\-]|\.\w)"
+_END_RE = re.compile(_PATH_END)
+# One character of raw JSON text: a \u surrogate pair, a \u escape, another escape, or UTF-8.
+_JSON_CHAR = re.compile(
+    rb"\\u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|\\u([0-9a-fA-F]{4})|\\(.)|([\x00-\x7f]|[\xc0-\xff][\x80-\xbf]*)",
+    re.DOTALL,
+)
+
+
+def _json_chars_at(data: bytes, pos: int, count: int = 2) -> str:
+    """The next ``count`` characters of raw JSON text at ``pos``, escapes decoded."""
+    chars: list[str] = []
+    while len(chars) < count and (m := _JSON_CHAR.match(data, pos)) is not None:
+        high, low, code, escaped, plain = m.groups()
+        if high is not None:
+            chars.append(chr(0x10000 + ((int(high, 16) - 0xD800) << 10) + int(low, 16) - 0xDC00))
+        elif code is not None:
+            chars.append(chr(int(code, 16)))
+        elif escaped is not None:
+            # \" \\ \/ stand for themselves; \n \t … are control characters.
+            chars.append(escaped.decode("latin-1") if escaped in b'"\\/' else "\n")
+        else:
+            try:
+                chars.append(plain.decode("utf-8", "surrogatepass"))
+            except UnicodeDecodeError:
+                chars.append("\ufffd")
+        pos = m.end()
+    return "".join(chars)
 
 
 def _replacer(rule: VolatileRule) -> Callable[[Any], tuple[Any, bool]]:

@@ -60,7 +60,9 @@ def codec_view(provider: str, body: Any) -> RequestView | None:
         from flowproof.wire import codec_by_name
 
         codec = codec_by_name(provider)
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(
+            "utf-8", "surrogatepass"
+        )
         return codec.parse_request(data)
     except Exception:  # noqa: BLE001 — see docstring
         return None

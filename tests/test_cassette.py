@@ -276,6 +276,36 @@ class TestSave:
         assert path.read_text() == "old"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]
 
+    def test_read_only_directory_keeps_old_file_and_leaves_no_temp(self, tmp_path: Path, monkeypatch):
+        """A directory that refuses new files gives a CassetteError and leaves the old cassette alone."""
+        import tempfile
+
+        path = tmp_path / "c.json"
+        save_cassette(Cassette((make_turn(0),)), path)
+        before = path.read_bytes()
+
+        def refuse(*args, **kwargs):
+            raise OSError(30, "Read-only file system")
+
+        monkeypatch.setattr(tempfile, "mkstemp", refuse)
+        with pytest.raises(CassetteError, match="Read-only file system"):
+            save_cassette(Cassette((make_turn(0), make_turn(1))), path)
+        monkeypatch.undo()
+        assert path.read_bytes() == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]
+
+    def test_lone_surrogates_round_trip(self, tmp_path: Path):
+        """Bodies with lone surrogates (a \\ud83d escape, a stream that is not UTF-8) save and load back equal."""
+        path = tmp_path / "c.json"
+        body = chat_body("cut emoji \ud83d")
+        stream = RecordedResponse(200, {"content-type": "text/event-stream"},
+                                  events=(SSEEvent(raw="data: caf\udce9\n\n", data="caf\udce9"),))
+        c = Cassette((make_turn(0, body=body), make_turn(1, stream)))
+        save_cassette(c, path)
+        assert load_cassette(path) == c
+        assert b"cut emoji \\ud83d" in path.read_bytes()
+        assert load_cassette(path).turns[1].response.content() == b"data: caf\xe9\n\n"
+
     def test_save_keeps_a_readable_file_mode(self, tmp_path: Path):
         """A new cassette is not left with the temp file's private 0600 mode."""
         path = tmp_path / "c.json"
@@ -375,6 +405,16 @@ class TestBodySha256:
 
 
 class TestTurnViews:
+    def test_lone_surrogate_request_body_has_a_view(self):
+        """A recorded request body holding a lone surrogate is still parsed by its codec."""
+        turn = make_turn(0, body=chat_body("cut \ud83d"))
+        assert turn_views(turn).request.model == "gpt-4o"
+
+    def test_lone_surrogate_json_response_is_sent_escaped(self):
+        """A JSON answer holding a lone surrogate is re-emitted as valid JSON with the same value."""
+        resp = RecordedResponse(400, {}, body={"error": {"message": "no low surrogate \ud83d"}})
+        assert json.loads(resp.content()) == resp.body
+
     def test_json_response_view(self):
         """turn_views parses the stored request body and a JSON response through the codec."""
         body = {

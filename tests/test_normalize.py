@@ -373,3 +373,70 @@ class TestPerRunIds:
             pattern = suggest_rule("messages.0.content", kind).split("pattern: '")[1].split("'")[0]
             norm = Normalizer([rule("id", "messages.0.content", pattern)])
             assert norm.apply(a) == norm.apply(b), kind
+
+
+# Text around embedded paths: anything but the placeholder guillemets, lone surrogates included.
+_AROUND = st.text(st.characters(exclude_characters="«»", exclude_categories=()), max_size=8)
+_NON_ASCII_HOME = "/home/jörg"
+_NON_ASCII_CWD = "/home/jörg/src/böoking"
+
+
+@st.composite
+def _texts_with_paths(draw: st.DrawFn) -> str:
+    """A string with the cwd/home paths (and siblings like «cwd»2, «cwd»-old) embedded."""
+    parts = draw(st.lists(st.tuples(_AROUND, st.sampled_from(
+        [CWD, HOME, _NON_ASCII_CWD, _NON_ASCII_HOME, CWD + "2", CWD + "-old", CWD + ".bak", HOME + "x"]
+    )), max_size=4))
+    return "".join(a + p for a, p in parts) + draw(_AROUND)
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | _texts_with_paths(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_texts_with_paths(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+class TestPortableProperties:
+    @given(value=_JSON_VALUES)
+    def test_apply_then_restore_gives_the_body_back(self, value: object) -> None:
+        """restore(apply(body)) parses to the original value for any JSON with embedded paths."""
+        for norm in (Normalizer(cwd=CWD, home=HOME), Normalizer(cwd=_NON_ASCII_CWD, home=_NON_ASCII_HOME)):
+            body = json.dumps(value).encode()
+            assert json.loads(norm.restore(norm.apply(body))) == value
+
+    @given(value=_JSON_VALUES, ensure_ascii=st.booleans(), escape_slashes=st.booleans())
+    def test_portable_agrees_with_apply(self, value: object, ensure_ascii: bool, escape_slashes: bool) -> None:
+        """A response made portable holds the same placeholders as the request normalization would."""
+        for norm in (Normalizer(cwd=CWD, home=HOME), Normalizer(cwd=_NON_ASCII_CWD, home=_NON_ASCII_HOME)):
+            raw = json.dumps(value, ensure_ascii=ensure_ascii)
+            if escape_slashes:
+                raw = raw.replace("/", "\\/")
+            body = raw.encode("utf-8", "surrogatepass")
+            assert json.loads(norm.portable(body)) == json.loads(norm.apply(body))
+
+    @given(value=_JSON_VALUES)
+    def test_sse_portable_then_restore_is_byte_identical(self, value: object) -> None:
+        """An SSE stream of JSON events made portable and restored again is the same bytes."""
+        norm = Normalizer(cwd=CWD, home=HOME)
+        data = json.dumps(value, ensure_ascii=False)
+        stream = f"event: delta\ndata: {data}\n\ndata: [DONE]\n\n".encode("utf-8", "surrogatepass")
+        assert norm.restore(norm.portable(stream)) == stream
+
+    def test_lone_surrogate_body_is_normalized(self) -> None:
+        """A body with a lone \\ud83d escape (a JS agent's cut emoji) is normalized, not crashed on."""
+        norm = Normalizer(cwd=CWD)
+        body = b'{"s":"' + CWD.encode() + b'/a \\ud83d"}'
+        assert json.loads(norm.apply(body)) == {"s": "«cwd»/a \ud83d"}
+
+    def test_sibling_directory_in_a_response_is_kept(self) -> None:
+        """A response path that merely starts with cwd stays as it is, as in requests."""
+        norm = Normalizer(cwd=CWD)
+        raw = f'data: {{"p":"{CWD}2/x {CWD}-old {CWD}/a"}}\n\n'.encode()
+        assert norm.portable(raw) == f'data: {{"p":"{CWD}2/x {CWD}-old «cwd»/a"}}\n\n'.encode()
+
+    def test_ascii_escaped_path_in_a_response_is_found(self) -> None:
+        """A response that escapes non-ASCII (\\u00f6) still has its home made portable."""
+        norm = Normalizer(home=_NON_ASCII_HOME)
+        raw = json.dumps({"p": _NON_ASCII_HOME + "/notes"}).encode()
+        assert json.loads(norm.portable(raw)) == {"p": "«home»/notes"}

@@ -149,6 +149,16 @@ class TestMisses:
         assert result.divergence.envelope == ("model: recorded gpt-4o, replayed gpt-4.1",)
         assert codec_view("no-such-provider", a) is None
 
+    def test_lone_surrogate_body_still_gets_an_envelope(self):
+        """A body holding a lone surrogate (a cut emoji) is still read by the codec for the report."""
+        a = chat("cut \ud83d")
+        assert codec_view("openai-chat", a) is not None
+        r = Replayer(cassette(a))
+        other = dict(a, model="gpt-4.1")
+        result = r.decide("openai-chat", "0" * 64, other)
+        assert isinstance(result, Miss)
+        assert result.divergence.envelope == ("model: recorded gpt-4o, replayed gpt-4.1",)
+
 
 class TestEndOfRun:
     def test_missing_divergence_lists_unconsumed_turns(self):

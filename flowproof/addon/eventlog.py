@@ -32,7 +32,10 @@ class EventLog:
         if self.path is None:
             return
         if self._file is None:
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 — kept open for the run
+            # backslashreplace: a lone surrogate (a body that is not UTF-8, or a JSON
+            # "\ud83d" escape) becomes the JSON escape "\udcff", so the line stays valid
+            # JSON that loads back to the same string instead of failing the hook.
+            self._file = open(self.path, "a", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
         line = json.dumps({"event": event, **fields}, ensure_ascii=False, default=str)
         self._file.write(line + "\n")
         self._file.flush()

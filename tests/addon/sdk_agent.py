@@ -129,6 +129,10 @@ def main() -> int:
     except (openai.APIStatusError, anthropic.APIStatusError) as e:
         print(json.dumps({"error": e.status_code, "message": str(e)}))
         return 3
+    except (openai.APIError, anthropic.APIError) as e:
+        # No status: the connection failed or the stream was cut.
+        print(json.dumps({"error": type(e).__name__, "message": str(e)}))
+        return 4
     print(json.dumps({"turns": turns}))
     return 0
 

@@ -426,3 +426,217 @@ class TestLifecycle:
         (event,) = harness.events("ready")
         assert event["listen"] == []
         assert event["mode"] == "record"
+
+
+def _gzip(data: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(data, mtime=0)
+
+
+CUT_EMOJI_BODY = json.dumps(
+    {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "cut \ud83d"}]}
+).encode()
+
+
+class TestRecordEdges:
+    """The record path when bodies are odd or the upstream or the client fails."""
+
+    def configure(self, h: Harness, **extra: Any) -> Path:
+        path = h.tmp / "rec.json"
+        h.configure(flowproof_mode="record", flowproof_cassette=str(path), **extra)
+        return path
+
+    def test_stream_cut_midway_records_no_half_turn(self, harness: Harness):
+        """A stream that fails after its first event gives an error event and no recorded turn."""
+        path = self.configure(harness)
+        f = model_flow(chat_body())
+        harness.addon.request(f)
+        sse_response(f)
+        harness.addon.responseheaders(f)
+        data = encode_events(chat_events("Booked."))
+        assert f.response.stream(data[:40]) == data[:40]  # type: ignore[union-attr]
+        f.error = tflow.terr("peer closed connection without sending complete message body")
+        harness.addon.error(f)
+        harness.addon.done()
+        assert harness.events("turn") == []
+        (error,) = harness.events("error")
+        assert error["id"] == f.id and "without sending complete" in error["text"]
+        assert load_cassette(path).turns == ()
+
+    def test_client_disconnect_midstream_records_no_turn(self, harness: Harness):
+        """A client that hangs up mid-stream gives an error event naming it, and the next call is turn 0."""
+        path = self.configure(harness)
+        cut = model_flow(chat_body())
+        harness.addon.request(cut)
+        sse_response(cut)
+        harness.addon.responseheaders(cut)
+        cut.error = tflow.terr("Client disconnected.")
+        harness.addon.error(cut)
+        ok = model_flow(chat_body("again"))
+        harness.addon.request(ok)
+        stream_through(harness, ok, [encode_events(chat_events("fine"))])
+        harness.addon.done()
+        assert "Client disconnected." in harness.events("error")[0]["text"]
+        assert [t.index for t in load_cassette(path).turns] == [0]
+
+    def test_server_error_is_recorded_as_a_turn(self, harness: Harness):
+        """A 5xx answer is a recorded turn with its status and error body, so replay serves it again."""
+        path = self.configure(harness)
+        f = model_flow(chat_body())
+        harness.addon.request(f)
+        f.response = tutils.tresp(status_code=503, headers=http.Headers([(b"content-type", b"application/json")]),
+                                  content=b'{"error":{"message":"overloaded"}}')
+        harness.addon.responseheaders(f)
+        harness.addon.response(f)
+        harness.addon.done()
+        (turn,) = load_cassette(path).turns
+        assert (turn.response.status, turn.response.body) == (503, {"error": {"message": "overloaded"}})
+
+    def test_non_utf8_request_body_is_recorded_and_logged(self, harness: Harness):
+        """A model call whose body is not UTF-8 still gives a turn event and a recorded turn."""
+        path = self.configure(harness)
+        f = model_flow(b"\xff\xfe not json")
+        harness.addon.request(f)
+        json_response(f, {"error": {"message": "bad body"}})
+        f.response.status_code = 400  # type: ignore[union-attr]
+        harness.addon.response(f)
+        harness.addon.done()
+        (event,) = harness.events("turn")
+        assert event["turn"]["request"]["body"] == "\udcff\udcfe not json"
+        (turn,) = load_cassette(path).turns
+        assert turn.request.body == "\udcff\udcfe not json"
+        assert harness.events("error") == []
+
+    def test_lone_surrogate_escape_in_body_is_recorded(self, harness: Harness):
+        """A JSON body with a lone \\ud83d escape (a cut emoji) is logged, saved and loaded back intact."""
+        path = self.configure(harness)
+        f = model_flow(CUT_EMOJI_BODY)
+        harness.addon.request(f)
+        stream_through(harness, f, [encode_events(chat_events("ok"))])
+        harness.addon.done()
+        assert harness.events("error") == []
+        assert harness.events("turn")[0]["turn"]["request"]["body"]["messages"][0]["content"] == "cut \ud83d"
+        (turn,) = load_cassette(path).turns
+        assert turn.request.body == json.loads(CUT_EMOJI_BODY)
+
+    def test_gzip_request_body_is_hashed_decoded(self, harness: Harness):
+        """A gzip-encoded request is recorded parsed, under the hash of its decoded bytes."""
+        path = self.configure(harness)
+        f = model_flow(_gzip(chat_body()), headers=[
+            (b"host", b"api.openai.com"), (b"content-type", b"application/json"), (b"content-encoding", b"gzip")])
+        harness.addon.request(f)
+        stream_through(harness, f, [encode_events(chat_events("ok"))])
+        harness.addon.done()
+        (turn,) = load_cassette(path).turns
+        assert turn.request.body_sha256 == chat_turn(0, chat_body(), "x").request.body_sha256
+        assert turn.request.body == json.loads(chat_body())
+
+    def test_gzip_stream_from_upstream_is_recorded_decoded(self, harness: Harness):
+        """An upstream that gzips its SSE stream anyway is recorded as plain events."""
+        path = self.configure(harness)
+        f = model_flow(chat_body())
+        harness.addon.request(f)
+        data = encode_events(chat_events("zipped"))
+        f.response = tutils.tresp(status_code=200, headers=http.Headers([
+            (b"content-type", b"text/event-stream"), (b"content-encoding", b"gzip")]), content=_gzip(data))
+        f.response.raw_content = _gzip(data)
+        harness.addon.responseheaders(f)
+        assert f.response.stream is False  # left buffered: mitmproxy decodes it whole
+        harness.addon.response(f)
+        harness.addon.done()
+        (turn,) = load_cassette(path).turns
+        assert turn.response.content() == data
+        assert "content-encoding" not in turn.response.headers
+
+    def test_concurrent_identical_calls_are_indexed_by_completion(self, harness: Harness):
+        """Two identical calls in flight are numbered in the order they complete."""
+        path = self.configure(harness)
+        first, second = model_flow(chat_body()), model_flow(chat_body())
+        harness.addon.request(first)
+        harness.addon.request(second)
+        stream_through(harness, second, [encode_events(chat_events("second"))])
+        stream_through(harness, first, [encode_events(chat_events("first"))])
+        harness.addon.done()
+        turns = load_cassette(path).turns
+        assert [(t.index, t.response.content()) for t in turns] == [
+            (0, encode_events(chat_events("second"))), (1, encode_events(chat_events("first")))]
+        assert [e["id"] for e in harness.events("turn")] == [second.id, first.id]
+
+    def test_cwd_in_a_stream_is_portable_and_restored_elsewhere(self, harness: Harness, tmp_path: Path):
+        """A recorded stream naming cwd stores «cwd» (not in a sibling name) and replays with the new cwd."""
+        path = self.configure(harness, flowproof_cwd="/srv/proj", flowproof_home="/home/casey")
+        f = model_flow(chat_body("list /srv/proj"))
+        harness.addon.request(f)
+        stream_through(harness, f, [encode_events(chat_events("see /srv/proj/a.py, /srv/proj2"))])
+        harness.addon.done()
+        (turn,) = load_cassette(path).turns
+        assert turn.request.body["messages"][1]["content"] == "list «cwd»"
+        assert "see «cwd»/a.py, /srv/proj2" in turn.response.content().decode()
+
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(path),
+                          flowproof_cwd="/ci/work", flowproof_home="/root")
+        g = model_flow(chat_body("list /ci/work"))
+        harness.addon.request(g)
+        assert g.response is not None and g.response.status_code == 200
+        assert "see /ci/work/a.py, /srv/proj2" in g.response.content.decode()
+
+
+class TestReplayEdges:
+    """Replay of recorded error answers and of odd request bodies."""
+
+    @pytest.mark.parametrize(("status", "response"), [
+        (500, {"body": {"error": {"message": "boom", "type": "server_error"}}}),
+        (429, {"text": "slow down"}),
+        (401, {"body": {"error": {"message": "bad key"}}}),
+    ])
+    def test_recorded_error_replays_as_recorded(self, harness: Harness, status: int, response: dict):
+        """A recorded 4xx/5xx answer is served with its status and body, and is no divergence."""
+        from flowproof.cassette import RecordedResponse, RecordedTurn
+
+        base = chat_turn(0, chat_body(), "x")
+        ctype = "application/json" if "body" in response else "text/plain"
+        turn = RecordedTurn(0, base.provider, base.request,
+                            RecordedResponse(status, {"content-type": ctype}, **response))
+        path = write_cassette(harness.tmp / "c.json", turn)
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
+        f = model_flow(chat_body())
+        harness.addon.request(f)
+        assert f.response is not None
+        assert (f.response.status_code, f.response.content) == (status, turn.response.content())
+        assert harness.events("divergence") == []
+        assert [e["turn"]["response"]["status"] for e in harness.events("turn")] == [status]
+
+    def test_non_utf8_miss_is_logged_as_divergence(self, harness: Harness):
+        """A request body that is not UTF-8 gets the 400 and a divergence event in the log."""
+        path = write_cassette(harness.tmp / "c.json", chat_turn(0, chat_body(), "x"))
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
+        f = model_flow(b"\xff\xfe not json")
+        harness.addon.request(f)
+        assert f.response is not None and f.response.status_code == 400
+        (event,) = harness.events("divergence")
+        assert event["id"] == f.id
+
+    def test_recorded_lone_surrogate_replays(self, harness: Harness):
+        """A turn recorded from a body with a lone \\ud83d escape is matched and its JSON answer served."""
+        from flowproof.cassette import RecordedResponse, RecordedTurn
+
+        base = chat_turn(0, CUT_EMOJI_BODY, "x")
+        turn = RecordedTurn(0, base.provider, base.request,
+                            RecordedResponse(400, {"content-type": "application/json"},
+                                             body={"error": {"message": "no low surrogate: \ud83d"}}))
+        path = write_cassette(harness.tmp / "c.json", turn)
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
+        f = model_flow(CUT_EMOJI_BODY)
+        harness.addon.request(f)
+        assert f.response is not None and f.response.status_code == 400
+        assert json.loads(f.response.content or b"") == {"error": {"message": "no low surrogate: \ud83d"}}
+
+    def test_gzip_request_matches_a_plain_recording(self, harness: Harness):
+        """A gzip-encoded request matches the turn recorded from the same body sent plain."""
+        path = write_cassette(harness.tmp / "c.json", chat_turn(0, chat_body(), "hi"))
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
+        f = model_flow(_gzip(chat_body()), headers=[
+            (b"host", b"api.openai.com"), (b"content-type", b"application/json"), (b"content-encoding", b"gzip")])
+        harness.addon.request(f)
+        assert f.response is not None and f.response.status_code == 200

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -220,3 +221,70 @@ class TestBaseUrlRoute:
         cassette, _ = recorded
         with pytest.raises(RuntimeError, match="route"):
             session.proxy("replay", cassette, "flowproof_route=base_url")
+
+
+class TestUpstreamFailures:
+    def test_stream_cut_midway_records_no_turn_and_logs_an_error(self, session: Session):
+        """A stream the model server cuts mid-way becomes an error event, never a recorded half turn."""
+        cassette = session.tmp / "cut.cassette.json"
+        with FakeModelServer([Reply.text("Booked KQ311 to Nairobi.", cut_after=1)]) as server:
+            proxy = session.proxy("record", cassette, f"flowproof_upstream=api.openai.com={server.url}")
+            rc, out = session.agent(proxy)
+            assert rc == 4, out
+            assert proxy.stop() == 0
+        assert proxy.events("turn") == []
+        (error,) = proxy.events("error")
+        assert error["id"] == proxy.events("request_started")[0]["id"]
+        assert load_cassette(cassette).turns == ()
+
+    def test_refused_upstream_connection_logs_an_error(self, session: Session):
+        """A model server that refuses the connection gives the agent an error and the runner an error event."""
+        cassette = session.tmp / "refused.cassette.json"
+        proxy = session.proxy("record", cassette, f"flowproof_upstream=api.openai.com=http://127.0.0.1:{free_port()}")
+        rc, out = session.agent(proxy)
+        assert rc in (3, 4), out
+        assert proxy.stop() == 0
+        assert proxy.events("turn") == []
+        (error,) = proxy.events("error")
+        assert "failed before it completed" in error["text"]
+        assert load_cassette(cassette).turns == ()
+
+    def test_recorded_server_error_replays_as_recorded(self, session: Session):
+        """A 500 from the model server is recorded as a turn and replayed with the same status and body."""
+        cassette = session.tmp / "err.cassette.json"
+        with FakeModelServer([Reply.error(500, "upstream exploded")]) as server:
+            proxy = session.proxy("record", cassette, f"flowproof_upstream=api.openai.com={server.url}")
+            rc, live = session.agent(proxy)
+            assert proxy.stop() == 0
+        assert (rc, live["error"]) == (3, 500), live
+        (turn,) = load_cassette(cassette).turns
+        assert turn.response.status == 500
+        replay = session.proxy("replay", cassette)
+        rc, replayed = session.agent(replay)
+        assert (rc, replayed) == (3, live)
+        assert replay.stop() == 0
+        assert replay.events("divergence") == []
+
+    def test_client_disconnect_midstream_records_no_turn(self, session: Session):
+        """A client that hangs up mid-stream leaves an error event and no recorded turn."""
+        cassette = session.tmp / "hangup.cassette.json"
+        port = free_port()
+        args = ("--mode", f"reverse:https://api.openai.com@{port}")
+        script = [Reply.text("one two three four five six seven eight", chunk_delay=0.3)]
+        with FakeModelServer(script) as server:
+            proxy = session.proxy("record", cassette, f"flowproof_upstream=api.openai.com={server.url}",
+                                  "flowproof_route=base_url", args=args)
+            body = json.dumps({"model": "gpt-4o", "stream": True,
+                               "messages": [{"role": "user", "content": "hi"}]}).encode()
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: api.openai.com\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+                assert sock.recv(65536)  # the headers (and maybe the first event) arrive
+            deadline = time.monotonic() + 10
+            while not proxy.events("error") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert proxy.stop() == 0
+        assert proxy.events("turn") == []
+        (error,) = proxy.events("error")
+        assert error["id"] == proxy.events("request_started")[0]["id"]
+        assert load_cassette(cassette).turns == ()

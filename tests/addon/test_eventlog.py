@@ -25,3 +25,15 @@ class TestEventLog:
         log = EventLog(None)
         log.write("ready")
         assert list(tmp_path.iterdir()) == []
+
+    def test_lone_surrogates_stay_valid_json(self, tmp_path: Path):
+        """A string holding lone surrogates is logged as JSON escapes that load back to the same string."""
+        path = tmp_path / "e.jsonl"
+        log = EventLog(path)
+        text = "not utf-8 \udcff\udcfe, cut emoji \ud83d, fine é"
+        log.write("turn", text=text)
+        log.write("done")
+        log.close()
+        lines = path.read_text(encoding="utf-8").splitlines()
+        assert [json.loads(x)["event"] for x in lines] == ["turn", "done"]
+        assert json.loads(lines[0])["text"] == text
