@@ -113,14 +113,57 @@ def _count(events: Sequence[dict[str, Any]], kind: str) -> int:
     return sum(1 for e in events if e.get("event") == kind)
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``, found through the parent chain in ``/proc`` (Linux;
+    elsewhere none): a child that left the agent's process group with ``setsid`` is still one."""
+    children: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(name))
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
 def _kill_group(pid: int) -> None:
+    """SIGTERM, then SIGKILL, the agent's process group and every descendant that left it
+    (``setsid``). A daemon whose parent already exited (a double fork) is no longer a
+    descendant and cannot be found: that is the limit (docs/runner.md)."""
+    strays = _descendants(pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
+        group_gone = False
         try:
             os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
+        except ProcessLookupError:
+            group_gone = True
+        except PermissionError:
+            return
+        for child in strays:
+            try:
+                os.kill(child, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if group_gone and not strays:
             return
         if sig is signal.SIGTERM:
             time.sleep(0.2)
+            # Children forked meanwhile (their parents are still alive until SIGKILL).
+            strays = list(dict.fromkeys(strays + _descendants(pid)))
 
 
 def run_command_agent(
@@ -132,6 +175,7 @@ def run_command_agent(
     timeout: float,
     events: EventSource = list,
     poll: float = 0.05,
+    cancelled: Callable[[], bool] | None = None,
 ) -> AgentRun:
     """Run ``command`` and feed it ``prompts``; return when it exits or the timeout hits.
 
@@ -139,7 +183,8 @@ def run_command_agent(
     to stdin. Every later prompt goes to stdin once the previous answer is complete
     (see `answer_complete`); stdin is closed after the last one. On timeout the whole
     process group is killed and ``timed_out`` is set (the caller decides the error,
-    since a divergence may explain it).
+    since a divergence may explain it). When ``cancelled()`` turns true (flowproof-run got
+    SIGINT/SIGTERM) the agent is stopped at once and ``stopped_early`` is ``"interrupted"``.
     """
     if cwd is not None and not cwd.is_dir():
         raise AgentError(f"the agent's working directory {cwd} does not exist — fix `agent.cwd` in the spec")
@@ -192,6 +237,9 @@ def run_command_agent(
         grace_end: float | None = None
         while process.poll() is None:
             now = time.monotonic()
+            if cancelled is not None and cancelled():
+                stopped_early = "interrupted"
+                break
             if grace_end is not None and now >= grace_end:
                 stopped_early = "divergence"
                 break

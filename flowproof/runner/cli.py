@@ -8,7 +8,9 @@ traceback; the process exits with the error's ``exit_code``.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import wraps
@@ -98,6 +100,22 @@ def select_shard(specs: Sequence[Path], shard: tuple[int, int] | None) -> list[P
     return [p for i, p in enumerate(ordered) if i % total == index - 1]
 
 
+def _on_signals(cancel: Any) -> Callable[[], None]:
+    """Route SIGINT/SIGTERM to ``cancel`` (every running flow stops its agent and proxy and
+    reports the interruption); returns the function that restores the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, _frame: cancel.set(signum))
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
+
+
 _SPEC_ARG = click.argument(
     "specs", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False)
 )
@@ -139,7 +157,7 @@ def run_command(
     verbose: bool,
 ) -> None:
     """Run flow SPECs against their agents: replay (default), --record or --compare."""
-    from flowproof.runner.flow import RunOptions, run_flow
+    from flowproof.runner.flow import Cancel, RunOptions, run_flow
     from flowproof.runner.report import render_json, render_text, worst_exit, write_junit
 
     if cassette is not None and len(specs) > 1:
@@ -147,6 +165,7 @@ def run_command(
     if proxy_port and (jobs > 1) and len(specs) > 1:
         raise FlowproofError("--proxy-port fixes one port, so it cannot be used with -j N > 1")
     selected = select_shard(specs, parse_shard(shard))
+    cancel = Cancel()
     options = RunOptions(
         mode=mode,
         cassette=cassette,
@@ -155,17 +174,36 @@ def run_command(
         proxy_port=proxy_port,
         timeout=timeout,
         compare_handler=compare_handler,
+        cancel=cancel,
     )
-    if not selected:
-        click.echo(f"shard {shard} has no specs; nothing to run")
-        return
-    # Each flow has its own proxy, ports, log and agent, so flows are independent.
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(lambda p: run_flow(p, options), selected))
-    if junit is not None:
-        write_junit(results, junit)
-    click.echo(render_json(results) if as_json else render_text(results, verbose=verbose))
+    results = []
+    if selected:
+        # Each flow has its own proxy, ports, log and agent, so flows are independent.
+        # Ctrl-C / SIGTERM reach the flows through `cancel`: the agents and proxies run in
+        # their own sessions, so only the runner can stop them.
+        restore = _on_signals(cancel)
+        try:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                results = list(pool.map(lambda p: run_flow(p, options), selected))
+        finally:
+            restore()
     code = worst_exit(results)
+    if as_json:
+        click.echo(render_json(results))
+    elif selected:
+        click.echo(render_text(results, verbose=verbose))
+    else:
+        click.echo(f"shard {shard} has no specs; nothing to run")
+    if junit is not None:
+        try:
+            write_junit(results, junit)
+        except OSError as e:
+            click.echo(
+                f"flowproof: cannot write the JUnit report to {junit} ({e.strerror or e}) — "
+                "choose a writable --junit path",
+                err=True,
+            )
+            code = max(code, EXIT_USAGE)
     if code != EXIT_OK:
         sys.exit(code)
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +40,38 @@ MODES = ("replay", "record", "compare")
 REVERSE_HOSTS = ("api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com")
 
 
+class Cancel:
+    """Set (from a SIGINT/SIGTERM handler) to stop every running flow: agents and proxies are
+    stopped, nothing is recorded, and each flow reports `Interrupted`."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signum: int | None = None
+
+    def set(self, signum: int = signal.SIGINT) -> None:
+        if self.signum is None:
+            self.signum = int(signum)
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+class Interrupted(FlowproofError):
+    """flowproof-run itself got SIGINT/SIGTERM; exits 128 + the signal number (130, 143)."""
+
+    def __init__(self, signum: int | None) -> None:
+        signum = int(signum or signal.SIGINT)
+        self.exit_code = 128 + signum  # type: ignore[misc]  # per instance: 130 or 143
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        super().__init__(
+            f"interrupted by {name}: the agent and the proxy were stopped and nothing was recorded"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class RunOptions:
     """How to run flows (from the command line). ``environ`` defaults to ``os.environ``."""
@@ -53,6 +87,8 @@ class RunOptions:
     environ: Mapping[str, str] | None = None
     addon_script: Path | None = None
     proxy_timeout: float = 20.0
+    #: Set by the CLI's signal handler: running flows stop at once (see `Cancel`).
+    cancel: Cancel | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +159,8 @@ def run_flow(spec_path: Path | str, options: RunOptions) -> FlowResult:
     started = time.monotonic()
     spec_path = Path(spec_path)
     try:
+        if options.cancel is not None and options.cancel.is_set():
+            raise Interrupted(options.cancel.signum)
         result = _run(spec_path, options)
     except FlowproofError as e:
         result = FlowResult(
@@ -167,49 +205,68 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             "flowproof-run with the same --proxy-port N"
         )
 
+    if agent.command and agent.cwd is not None and not agent.cwd.is_dir():
+        # Checked before the proxy starts: nothing to stop, and no recording is staged.
+        raise AgentError(
+            f"{agent.location}: the agent's working directory {agent.cwd} does not exist — "
+            "fix `agent.cwd` in the spec"
+        )
+
     ca = ensure_ca(options.ca_dir or default_ca_dir(environ))
     target = staging_path(cassette) if mode == "record" else cassette
     if mode == "record":
         target.unlink(missing_ok=True)
     handler = options.compare_handler or spec.on_compare
     upstream = tuple(options.upstream)
-    with tempfile.TemporaryDirectory(prefix="flowproof-run-") as scratch:
-        settings = ProxySettings(
+    cancel = options.cancel
+    try:
+        with tempfile.TemporaryDirectory(prefix="flowproof-run-") as scratch:
+            settings = ProxySettings(
+                mode=mode,
+                cassette=target,
+                report=Path(scratch) / "events.jsonl",
+                confdir=ca.cert.parent,
+                spec=spec_path.resolve(),
+                upstream=upstream,
+                extra_hosts=tuple(options.extra_hosts),
+                route=agent.route,
+                port=options.proxy_port,
+                reverse_hosts=REVERSE_HOSTS if agent.route == "base_url" else (),
+                compare_handler=handler,
+                addon_script=options.addon_script,
+            )
+            proxy = start_proxy(settings, timeout=options.proxy_timeout)
+            try:
+                model_hosts = [u.split("=", 1)[0] for u in upstream] + list(options.extra_hosts)
+                # No request reaches a real provider in replay, nor with a mapped upstream (a local
+                # model or gateway), so an SDK that insists on a key gets a placeholder there.
+                placeholders = mode == "replay" or bool(upstream)
+                run = _drive(
+                    proxy, spec.agent, prompts, environ, ca, placeholders, model_hosts, timeout,
+                    cancelled=cancel.is_set if cancel is not None else None,
+                )
+            finally:
+                proxy.stop()
+            events = proxy.events()
+        if cancel is not None and cancel.is_set():
+            raise Interrupted(cancel.signum)
+        return _verdict(
+            spec=spec,
+            spec_path=spec_path,
             mode=mode,
-            cassette=target,
-            report=Path(scratch) / "events.jsonl",
-            confdir=ca.cert.parent,
-            spec=spec_path.resolve(),
-            upstream=upstream,
-            extra_hosts=tuple(options.extra_hosts),
-            route=agent.route,
-            port=options.proxy_port,
-            reverse_hosts=REVERSE_HOSTS if agent.route == "base_url" else (),
-            compare_handler=handler,
-            addon_script=options.addon_script,
+            cassette=cassette,
+            existing=existing,
+            run=run,
+            events=events,
+            handler=handler,
+            timeout=timeout,
+            startup=proxy.startup_seconds,
         )
-        proxy = start_proxy(settings, timeout=options.proxy_timeout)
-        try:
-            model_hosts = [u.split("=", 1)[0] for u in upstream] + list(options.extra_hosts)
-            # No request reaches a real provider in replay, nor with a mapped upstream (a local
-            # model or gateway), so an SDK that insists on a key gets a placeholder there.
-            placeholders = mode == "replay" or bool(upstream)
-            run = _drive(proxy, spec.agent, prompts, environ, ca, placeholders, model_hosts, timeout)
-        finally:
-            proxy.stop()
-        events = proxy.events()
-    return _verdict(
-        spec=spec,
-        spec_path=spec_path,
-        mode=mode,
-        cassette=cassette,
-        existing=existing,
-        run=run,
-        events=events,
-        handler=handler,
-        timeout=timeout,
-        startup=proxy.startup_seconds,
-    )
+    finally:
+        # A verdict keeps (os.replace) or rejects the staging file; on any other way out
+        # (an agent that could not start, an error, Ctrl-C) nothing may be left behind.
+        if mode == "record":
+            target.unlink(missing_ok=True)
 
 
 def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: bool) -> Any:
@@ -238,6 +295,7 @@ def _drive(
     placeholder_keys: bool,
     model_hosts: Sequence[str],
     timeout: float,
+    cancelled: Any = None,
 ) -> AgentRun:
     if agent.url:
         return run_url_agent(agent.url, prompts=prompts, timeout=timeout, events=proxy.events)
@@ -266,6 +324,7 @@ def _drive(
         cwd=agent.cwd,
         timeout=timeout,
         events=proxy.events,
+        cancelled=cancelled,
     )
 
 
@@ -363,6 +422,14 @@ def _verdict(
         if mode == "record":
             message = "the proxy did not finish writing the recording — nothing was saved"
             return reject(_with(base, exit_code=EXIT_AGENT, error=message, notes=tuple(notes)))
+        if mode == "replay":
+            # The `done` event lists the recorded turns never requested: without it a run
+            # that skipped calls would pass unchecked.
+            message = (
+                "the proxy stopped without its `done` event, so missing calls could not be "
+                "checked — see the proxy's errors above, then run again"
+            )
+            return _with(base, exit_code=EXIT_AGENT, error=message, notes=tuple(notes))
 
     turns = trajectory_turns(events)
     trajectory = build_trajectory(turns)
@@ -397,12 +464,14 @@ def _verdict(
 def _keep_recording(result: FlowResult, cassette: Path, existing: Any, staging: Path) -> FlowResult:
     from flowproof.cassette import load_cassette
 
+    if result.turns == 0:
+        # The addon writes a cassette even with no turns: an empty one must not replace a
+        # good cassette (nor be minted), whatever the spec's steps say.
+        raise AgentError(
+            "the agent made no model call, so there is nothing to record — check that it "
+            "honours HTTPS_PROXY (or use `agent.route: base_url`) and that the prompt reached it"
+        )
     if not staging.exists():
-        if result.turns == 0:
-            raise AgentError(
-                "the agent made no model call, so there is nothing to record — check that it "
-                "honours HTTPS_PROXY (or use `agent.route: base_url`) and that the prompt reached it"
-            )
         raise ProxyError("the proxy did not write the recording — see its errors above")
     heal = None
     if existing is not None:

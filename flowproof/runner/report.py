@@ -6,6 +6,7 @@ Human text ends with one line that says what to do next.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,31 @@ _VERDICT = {
     EXIT_DRIFT: "compare drift",
     EXIT_AGENT: "agent failed",
 }
+
+
+#: Characters XML 1.0 forbids everywhere (even escaped): C0 controls but tab, LF, CR;
+#: lone surrogates; U+FFFE/U+FFFF. Agent output is full of them (ANSI colour codes).
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _verdict_name(code: int) -> str:
+    if code >= 128:
+        return "interrupted"
+    return _VERDICT.get(code, "failed")
+
+
+def _utf8_safe(text: str) -> str:
+    """``text`` with lone surrogates (a non-UTF-8 file name, a broken escape in a model
+    response) replaced, so it can be written as UTF-8."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _xml_safe(text: str) -> str:
+    r"""``text`` with every character XML 1.0 cannot carry shown as ``\xNN`` / ``\uNNNN``."""
+    return _XML_INVALID.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+        text,
+    )
 
 
 def worst_exit(results: Sequence[FlowResult]) -> int:
@@ -73,13 +99,15 @@ def next_step(result: FlowResult) -> str:
         return f"Fix the agent (or the spec at the ✗ lines), then run: flowproof-run {spec}"
     if code == EXIT_AGENT:
         return "Fix the agent start-up (see the error and its output above), then run again."
+    if code >= 128:
+        return "flowproof-run was interrupted: nothing was recorded or checked; run it again."
     return "Fix the problem above, then run again."
 
 
 def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
     """One flow as readable text."""
     mark = PASS if result.passed else FAIL
-    lines = [f"{mark} {result.name} [{result.mode}] — {_VERDICT.get(result.exit_code, 'failed')}"]
+    lines = [f"{mark} {result.name} [{result.mode}] — {_verdict_name(result.exit_code)}"]
     lines.append(f"  spec: {result.spec_path}")
     if result.cassette is not None:
         lines.append(f"  cassette: {result.cassette}")
@@ -152,7 +180,7 @@ def result_json(result: FlowResult) -> dict[str, Any]:
         "mode": result.mode,
         "passed": result.passed,
         "exit_code": result.exit_code,
-        "verdict": _VERDICT.get(result.exit_code, "failed"),
+        "verdict": _verdict_name(result.exit_code),
         "cassette": str(result.cassette) if result.cassette else None,
         "error": result.error,
         "steps": [
@@ -188,13 +216,15 @@ def render_json(results: Sequence[FlowResult]) -> str:
         "failed": sum(1 for r in results if not r.passed),
         "flows": [result_json(r) for r in results],
     }
-    return json.dumps(doc, indent=2, ensure_ascii=False)
+    # Valid JSON whatever the flows carried: a lone surrogate would make the text unencodable.
+    return _utf8_safe(json.dumps(doc, indent=2, ensure_ascii=False))
 
 
 def junit_xml(results: Sequence[FlowResult]) -> str:
     """JUnit XML: one testsuite, one testcase per flow."""
-    failures = sum(1 for r in results if r.exit_code in (EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT))
-    errors = sum(1 for r in results if r.exit_code in (EXIT_USAGE, EXIT_AGENT))
+    failing = (EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT)
+    failures = sum(1 for r in results if r.exit_code in failing)
+    errors = sum(1 for r in results if not r.passed and r.exit_code not in failing)
     suite = ET.Element(
         "testsuite",
         name="flowproof",
@@ -212,15 +242,18 @@ def junit_xml(results: Sequence[FlowResult]) -> str:
             time=f"{r.duration:.3f}",
         )
         if not r.passed:
-            kind = "error" if r.exit_code in (EXIT_USAGE, EXIT_AGENT) else "failure"
-            node = ET.SubElement(case, kind, message=_VERDICT.get(r.exit_code, "failed"), type=f"exit-{r.exit_code}")
+            kind = "failure" if r.exit_code in failing else "error"
+            node = ET.SubElement(case, kind, message=_verdict_name(r.exit_code), type=f"exit-{r.exit_code}")
             node.text = render_flow(r) + "\n" + next_step(r)
         if r.agent_stdout:
             ET.SubElement(case, "system-out").text = _tail(r.agent_stdout, 200)
         if r.agent_stderr:
             ET.SubElement(case, "system-err").text = _tail(r.agent_stderr, 200)
     ET.indent(suite)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+    # ElementTree escapes markup (<, &, quotes; `]]>` is harmless outside CDATA) but writes
+    # control characters raw, which no XML parser accepts: they are made visible instead.
+    body = _xml_safe(ET.tostring(suite, encoding="unicode"))
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + body + "\n"
 
 
 def write_junit(results: Sequence[FlowResult], path: Path) -> None:
@@ -280,8 +313,12 @@ def _call_diff(old: ToolCall, new: ToolCall) -> list[str]:
             lines.append(f"{label}: added {_show(b[path])}")
         elif path not in b:
             lines.append(f"{label}: removed (was {_show(a[path])})")
-        elif a[path] != b[path]:
-            lines.append(f"{label}: {_show(a[path])} -> {_show(b[path])}")
+        elif a[path] != b[path] or type(a[path]) is not type(b[path]):
+            before, after = _show(a[path]), _show(b[path])
+            if before == after:
+                # "311" -> 311, true -> "true": bare text would print the same twice.
+                before, after = json.dumps(a[path], ensure_ascii=False), json.dumps(b[path], ensure_ascii=False)
+            lines.append(f"{label}: {before} -> {after}")
     return lines
 
 
@@ -319,7 +356,16 @@ def _turn_diff(old: Turn, new: Turn) -> list[str]:
     otext = old.response.text if old.response else ""
     ntext = new.response.text if new.response else ""
     if otext != ntext:
-        lines.append(f"text: {_text(otext)} -> {_text(ntext)}")
+        before, after = _text(otext), _text(ntext)
+        if before == after:
+            # The change is in whitespace or past the shown prefix: show where it is.
+            at = next((k for k, (x, y) in enumerate(zip(otext, ntext)) if x != y), min(len(otext), len(ntext)))
+            start = max(0, at - 40)
+            where = f" (from character {start})" if start else ""
+            before, after = repr(otext[start : start + 160]), repr(ntext[start : start + 160])
+            lines.append(f"text{where}: {before} -> {after}")
+        else:
+            lines.append(f"text: {before} -> {after}")
     if old.response and new.response and old.response.finish_reason != new.response.finish_reason:
         lines.append(f"finish: {old.response.finish_reason} -> {new.response.finish_reason}")
     return lines

@@ -6,6 +6,7 @@ shutdown. With ``$FAKE_FLOWPROOF_SCRIPT`` naming a JSON file
 ``{"events": [...], "done": {...}, "cassette": "<text>"}`` it also writes those
 events after ``ready``, merges ``done`` into the done event, and writes
 ``cassette`` to ``flowproof_cassette`` at shutdown (as record mode would).
+``"skip_done": true`` leaves the ``done`` event out (a proxy that died mid-shutdown).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class FakeFlowproof:
         if "cassette" in script and ctx.options.flowproof_cassette:
             with open(ctx.options.flowproof_cassette, "w", encoding="utf-8") as fh:
                 fh.write(script["cassette"])
+        if script.get("skip_done"):
+            return
         self._emit({"event": "done", "unconsumed": [], "text": "", **script.get("done", {})})
 
 
