@@ -317,6 +317,26 @@ class Flowproof:
     # ------------------------------------------------------------------ requests
 
     def request(self, flow: http.HTTPFlow) -> None:
+        try:
+            self._request(flow)
+        except Exception as e:  # noqa: BLE001 — see _hook_failed
+            self._hook_failed(flow, "request", e)
+            # mitmproxy would forward the call after a failed hook: in replay to the real
+            # API with the agent's key. A call flowproof could not handle never leaves.
+            flow.response = http.Response.make(
+                400,
+                json.dumps({"error": {"message": "flowproof could not handle this request; see its report"}}),
+                _JSON,
+            )
+
+    def _hook_failed(self, flow: http.HTTPFlow, hook: str, error: Exception) -> None:
+        """A bug of ours must fail the run visibly, never let a call pass unrecorded or unmatched."""
+        self._flows.pop(flow.id, None)
+        text = f"flowproof failed in its {hook} hook for {redact_url(flow.request.pretty_url)}: {type(error).__name__}: {error}"
+        self.events.write("error", id=flow.id, text=text)
+        _log.error("hook_failed", hook=hook, flow_id=flow.id, error=type(error).__name__)
+
+    def _request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None or flow.error is not None:
             return  # another addon already answered it
         config = self.config
@@ -441,6 +461,12 @@ class Flowproof:
         flow.response.stream = _tap(state.decoder, state.events)
 
     def response(self, flow: http.HTTPFlow) -> None:
+        try:
+            self._response(flow)
+        except Exception as e:  # noqa: BLE001 — see _hook_failed
+            self._hook_failed(flow, "response", e)
+
+    def _response(self, flow: http.HTTPFlow) -> None:
         state = self._flows.pop(flow.id, None)
         if state is None or flow.response is None:
             return

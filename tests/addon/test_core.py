@@ -640,3 +640,43 @@ class TestReplayEdges:
             (b"host", b"api.openai.com"), (b"content-type", b"application/json"), (b"content-encoding", b"gzip")])
         harness.addon.request(f)
         assert f.response is not None and f.response.status_code == 200
+
+
+class TestHookFailures:
+    def test_a_crash_in_replay_never_forwards_the_call(
+        self, harness: Harness, monkeypatch: pytest.MonkeyPatch
+    ):
+        """If flowproof itself fails on a request, the agent gets a 400 and the run an error; nothing goes upstream."""
+        path = write_cassette(harness.tmp / "c.json", chat_turn(0, chat_body(), "Booked."))
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr("flowproof.addon.core.detect", broken)
+        f = model_flow(chat_body(), path="/v1/chat/completions?key=secret-query-value")
+        harness.addon.request(f)
+        assert f.response is not None and f.response.status_code == 400
+        (event,) = harness.events("error")
+        assert event["id"] == f.id
+        assert "request hook" in event["text"] and "RuntimeError: boom" in event["text"]
+        assert "secret-query-value" not in event["text"]
+
+    def test_a_crash_while_recording_a_response_fails_the_run(
+        self, harness: Harness, monkeypatch: pytest.MonkeyPatch
+    ):
+        """A response flowproof cannot record is an error event, so no recording silently lacks a turn."""
+        path = harness.tmp / "rec.json"
+        harness.configure(flowproof_mode="record", flowproof_cassette=str(path))
+        f = model_flow(chat_body(stream=False))
+        harness.addon.request(f)
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(harness.addon, "_recorded_response", broken)
+        json_response(f, {"id": "x", "choices": []})
+        harness.addon.responseheaders(f)
+        harness.addon.response(f)
+        (event,) = harness.events("error")
+        assert event["id"] == f.id and "response hook" in event["text"]
