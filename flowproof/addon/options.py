@@ -159,13 +159,12 @@ def _volatile_rules(spec: FlowSpec) -> tuple[VolatileRule, ...]:
 
 def _load_spec(path: str, environ: Mapping[str, str]) -> FlowSpec:
     # Imported lazily: the spec loader pulls in YAML, which replay without a spec never needs.
-    from flowproof.spec import find_variables, load_spec, resolve_variables
+    from flowproof.spec import load_spec, resolve_variables
 
     spec: FlowSpec = load_spec(Path(path))
-    # Tool results may hold ${VAR}; mitmdump inherits the runner's environment.
-    if find_variables(spec):
-        spec = resolve_variables(spec, environ)
-    return spec
+    # Tool results may hold ${VAR} (mitmdump inherits the runner's environment), and
+    # even a spec without variables needs its $${ escapes turned into a literal ${.
+    return resolve_variables(spec, environ)
 
 
 def build_config(values: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> AddonConfig:

@@ -68,3 +68,18 @@ class TestBuildConfig:
         config = build_config({"spec": str(spec)}, environ={"HOME": str(tmp_path)})
         assert config.tool_results == {"t": 1}
         assert not config.normalizer.is_identity
+
+    def test_spec_variables_and_escapes_resolve(self, tmp_path: Path):
+        """Tool results get ${VAR} from the environment, and $${ always becomes a literal ${."""
+        spec = tmp_path / "s.flow.yaml"
+        spec.write_text(
+            "name: s\nagent:\n  command: x\ntools:\n  - name: t\n    result: 'cost $${PRICE}'\n"
+            "steps:\n  - prompt: hi\n"
+        )
+        assert build_config({"spec": str(spec)}, environ={}).tool_results == {"t": "cost ${PRICE}"}
+        spec.write_text(
+            "name: s\nagent:\n  command: x\ntools:\n  - name: t\n    result: 'id ${ORDER}'\n"
+            "steps:\n  - prompt: hi\n"
+        )
+        config = build_config({"spec": str(spec)}, environ={"ORDER": "A-1"})
+        assert config.tool_results == {"t": "id A-1"}
