@@ -383,6 +383,16 @@ def _verdict(
     tls = texts("tls_failed")
     missing = _missing_text(events, existing) if mode == "replay" else None
     notes: list[str] = []
+    if mode == "compare":
+        # Fewer live calls than recorded is a changed trajectory, which compare-never-writes
+        # calls drift; a handler only sees per-call results, so it is noted for it instead.
+        fewer = _missing_text(events, existing)
+        if fewer:
+            text = f"the live run made fewer model calls than the recording — {fewer}"
+            if handler:
+                notes.append(text)
+            else:
+                drifts = (*drifts, text)
     base = FlowResult(
         spec_path=spec_path,
         name=spec.name,

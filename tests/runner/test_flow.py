@@ -203,3 +203,23 @@ class TestCompare:
         result = run_flow(spec, opts({"events": events}, mode="compare", compare_handler="mod:fn"))
         assert result.exit_code == EXIT_OK
         assert result.events[0]["options"]["compare_handler"] == "mod:fn"
+
+    def test_fewer_live_calls_than_recorded_is_drift(self, tmp_path: Path, opts) -> None:
+        """A live run that stops short of the recording is a changed trajectory: exit 4."""
+        spec = write_spec(tmp_path)
+        recorded = [*BOOKING_TURNS, chat_turn(len(BOOKING_TURNS), text="Anything else?")]
+        with_cassette(spec, recorded)
+        script = {"events": turn_events(BOOKING_TURNS), "done": {"unconsumed": [len(BOOKING_TURNS)]}}
+        result = run_flow(spec, opts(script, mode="compare"))
+        assert result.exit_code == EXIT_DRIFT, result
+        assert any("fewer model calls" in d for d in result.drifts)
+
+    def test_fewer_live_calls_with_a_handler_is_a_note(self, tmp_path: Path, opts) -> None:
+        """With a handler named, the shortfall is reported as a note instead of failing the run."""
+        spec = write_spec(tmp_path)
+        recorded = [*BOOKING_TURNS, chat_turn(len(BOOKING_TURNS), text="Anything else?")]
+        with_cassette(spec, recorded)
+        script = {"events": turn_events(BOOKING_TURNS), "done": {"unconsumed": [len(BOOKING_TURNS)]}}
+        result = run_flow(spec, opts(script, mode="compare", compare_handler="mod:fn"))
+        assert result.exit_code == EXIT_OK, result
+        assert any("fewer model calls" in n for n in result.notes)
