@@ -89,7 +89,8 @@ class RequestView:
     string (the thread key of the reply rule). ``roles`` lists message roles in
     order, ``tools`` the tool names offered, in order. ``text_size`` counts the
     characters of request text (system, messages, tool schemas): the reply rule's
-    tie-break.
+    tie-break. ``prompt`` is the text of the newest user message (not tool
+    results), its text parts joined by newlines; "" when there is none.
     """
 
     provider: str
@@ -100,6 +101,7 @@ class RequestView:
     tool_results: tuple[ToolResult, ...]
     stream: bool
     text_size: int
+    prompt: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -414,39 +414,6 @@ def _summary(entry: tuple[Any, Turn | None, str | None]) -> str:
     return f"{rt.provider}, text {_text(view.response.text if view.response else '')}"
 
 
-def _last_user_text(body: Any) -> str | None:
-    """The newest user message text of a request body, whatever the provider shape."""
-    if not isinstance(body, dict):
-        return None
-    items = body.get("messages") or body.get("contents")
-    if items is None and isinstance(body.get("input"), (list, str)):
-        items = body["input"] if isinstance(body["input"], list) else [{"role": "user", "content": body["input"]}]
-    if not isinstance(items, list):
-        return None
-    for item in reversed(items):
-        if isinstance(item, dict) and item.get("role") == "user":
-            text = _plain(item.get("content", item.get("parts")))
-            if text:
-                return text
-    return None
-
-
-def _plain(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for p in content:
-            if isinstance(p, dict) and isinstance(p.get("text"), str):
-                parts.append(p["text"])
-            elif isinstance(p, dict) and p.get("type") in ("tool_result", "function_call_output"):
-                parts.append(f"[tool result] {_plain(p.get('content', p.get('output', '')))}")
-            elif isinstance(p, dict) and "functionResponse" in p:
-                parts.append(f"[tool result] {_show(p['functionResponse'].get('response'))}")
-        return "\n".join(parts)
-    return ""
-
-
 def show_cassette(cassette: Any, path: Path | str = "") -> str:
     """A cassette as a readable conversation: per turn the provider, model, roles,
     the newest user text, tool calls with arguments and the reply text."""
@@ -465,9 +432,8 @@ def show_cassette(cassette: Any, path: Path | str = "") -> str:
             lines.append(f"  tools offered: {', '.join(view.request.tools)}")
         if view.request.system:
             lines.append(f"  system: {_text(view.request.system, 120)}")
-        user = _last_user_text(req.body)
-        if user:
-            lines.append(f"  user: {_text(user, 300)}")
+        if view.request.prompt:
+            lines.append(f"  user: {_text(view.request.prompt, 300)}")
         for result in view.request.tool_results:
             lines.append(f"  tool result ({result.name or result.call_id}): {_text(result.content, 200)}")
         response = view.response

@@ -65,6 +65,9 @@ _TOOL_USE_TYPES = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
 # What a tool_result's block list is joined with when it has several text blocks.
 _RESULT_JOIN = "\n"
 
+# What the text blocks of the newest user message are joined with in ``RequestView.prompt``.
+_PROMPT_JOIN = "\n"
+
 
 _fields = FieldReader(PROVIDER)
 _load, _object, _list, _str, _opt_str = (
@@ -162,23 +165,33 @@ class AnthropicCodec:
         roles: list[str] = []
         results: list[ToolResult] = []
         names_by_id: dict[str, str] = {}
+        prompt = ""
         text_size = len(system) + (len(_dumps(tools_list)) if tools_list else 0)
         for m, message in enumerate(messages):
             where = f"messages[{m}]"
             message = _object(message, where)
-            roles.append(_str(message.get("role"), f"{where}.role"))
+            role = _str(message.get("role"), f"{where}.role")
+            roles.append(role)
             content = message.get("content")
             if content is None:
+                if role == "user":
+                    prompt = ""
                 continue
             if isinstance(content, str):
                 text_size += len(content)
+                if role == "user":
+                    prompt = content
                 continue
+            texts: list[str] = []
+            only_results = bool(content)
             for b, block in enumerate(_list(content, f"{where}.content")):
                 bwhere = f"{where}.content[{b}]"
                 block = _object(block, bwhere)
                 kind = _opt_str(block.get("type"), f"{bwhere}.type")
+                only_results = only_results and kind == "tool_result"
                 if kind == "text":
-                    text_size += len(_str(block.get("text"), f"{bwhere}.text"))
+                    texts.append(_str(block.get("text"), f"{bwhere}.text"))
+                    text_size += len(texts[-1])
                 elif kind in _TOOL_USE_TYPES:
                     tool_id = _opt_str(block.get("id"), f"{bwhere}.id")
                     name = _opt_str(block.get("name"), f"{bwhere}.name")
@@ -190,6 +203,9 @@ class AnthropicCodec:
                     text_size += len(text)
                     name = names_by_id.get(call_id) if call_id is not None else None
                     results.append(ToolResult(call_id=call_id, name=name, content=text))
+            # A user turn that only carries tool results is not a prompt: keep the earlier one.
+            if role == "user" and not only_results:
+                prompt = _PROMPT_JOIN.join(texts)
         return RequestView(
             provider=PROVIDER,
             model=model,
@@ -199,6 +215,7 @@ class AnthropicCodec:
             tool_results=tuple(results),
             stream=data.get("stream") is True,
             text_size=text_size,
+            prompt=prompt,
         )
 
     def parse_response(self, body: bytes) -> ResponseView:

@@ -257,21 +257,29 @@ class GeminiCodec:
 
         roles: list[str] = []
         results: list[ToolResult] = []
+        prompt = ""
         text_size = len(system) + (len(_dumps(tools_list)) if tools_list else 0)
         for c, content in enumerate(contents):
             where = f"contents[{c}]"
             content = _object(content, where)
             role = content.get("role")
-            roles.append("user" if role is None else _str(role, f"{where}.role"))
+            role = "user" if role is None else _str(role, f"{where}.role")
+            roles.append(role)
             parts = content.get("parts")
             if parts is None:
+                if role == "user":
+                    prompt = ""
                 continue
+            texts: list[str] = []
+            only_responses = bool(parts)
             for p, part in enumerate(_list(parts, f"{where}.parts")):
                 pwhere = f"{where}.parts[{p}]"
                 part = _object(part, pwhere)
                 if "text" in part:
-                    text_size += len(_str(part["text"], f"{pwhere}.text"))
+                    texts.append(_str(part["text"], f"{pwhere}.text"))
+                    text_size += len(texts[-1])
                 response, rkey = _get(part, "functionResponse", "function_response")
+                only_responses = only_responses and response is not None
                 if response is not None:
                     response = _object(response, f"{pwhere}.{rkey}")
                     text = _dumps(response.get("response"))
@@ -283,6 +291,9 @@ class GeminiCodec:
                             content=text,
                         )
                     )
+            # A user turn that only carries function responses is not a prompt: keep the earlier one.
+            if role == "user" and not only_responses:
+                prompt = "\n".join(texts)
         return RequestView(
             provider=PROVIDER,
             model=model,
@@ -292,6 +303,7 @@ class GeminiCodec:
             tool_results=tuple(results),
             stream=False,
             text_size=text_size,
+            prompt=prompt,
         )
 
     def parse_response(self, body: bytes) -> ResponseView:

@@ -188,6 +188,7 @@ class OpenAIChatCodec:
         messages = _messages(data)
         system: list[str] = []
         roles: list[str] = []
+        prompt = ""
         size = 0
         for i, message in enumerate(messages):
             message = expect_object(NAME, f"messages[{i}]", message)
@@ -197,6 +198,8 @@ class OpenAIChatCodec:
             roles.append(role)
             if role in _SYSTEM_ROLES:
                 system.append(content_text(message.get("content"), "\n\n"))
+            elif role == "user":  # tool results travel as role "tool", never as prompts
+                prompt = content_text(message.get("content"), "\n")
             size += _message_size(message)
         size += schema_size(data.get("tools")) + schema_size(data.get("functions"))
         results = tuple(
@@ -212,6 +215,7 @@ class OpenAIChatCodec:
             tool_results=results,
             stream=data.get("stream") is True,
             text_size=size,
+            prompt=prompt,
         )
 
     def parse_response(self, body: bytes) -> ResponseView:

@@ -264,6 +264,7 @@ class OpenAIResponsesCodec:
             system.append(instructions)
         size = len(instructions) if isinstance(instructions, str) else 0
         roles: list[str] = []
+        prompt = ""
         tools = [
             _tool_name(t, f"tools[{i}]")
             for i, t in enumerate(expect_list(NAME, "tools", data.get("tools") or []))
@@ -275,6 +276,8 @@ class OpenAIResponsesCodec:
             text = content_text(item.get("content"))
             if role in _SYSTEM_ROLES and text:
                 system.append(text)
+            elif role == "user":  # a string input is one user item; tool outputs are role "tool"
+                prompt = content_text(item.get("content"), "\n")
             size += len(text)
             kind = optional_str(item.get("type"))
             if kind in _CALL_TYPES:
@@ -300,6 +303,7 @@ class OpenAIResponsesCodec:
             tool_results=results,
             stream=data.get("stream") is True,
             text_size=size,
+            prompt=prompt,
         )
 
     def parse_response(self, body: bytes) -> ResponseView:

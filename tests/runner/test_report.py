@@ -106,3 +106,41 @@ class TestShow:
         assert "user: 'Book me a flight'" in text
         assert '→ tool call create_booking {"flight":{"id":"KQ311"}}' in text
         assert "Your flight is booked: B-1042." in text
+
+
+def anthropic_tool_result_turn(index: int) -> dict:
+    """An anthropic cassette turn whose newest user message holds only a tool result."""
+    return {
+        "index": index,
+        "provider": "anthropic",
+        "request": {
+            "method": "POST",
+            "url": "https://api.anthropic.com/v1/messages",
+            "headers": {"content-type": "application/json"},
+            "body_sha256": f"{index:064x}",
+            "body": {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Book me a flight to NBO"}]},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "tu_1", "name": "search_flights",
+                     "input": {"destination": "NBO"}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "tu_1", "content": "KQ311 found"}]},
+            ]},
+        },
+        "response": {
+            "status": 200,
+            "headers": {"content-type": "application/json"},
+            "body": {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                     "content": [{"type": "text", "text": "KQ311 is available."}],
+                     "stop_reason": "end_turn"},
+        },
+    }
+
+
+class TestShowPrompt:
+    def test_user_line_is_the_prompt_not_the_tool_result(self) -> None:
+        """For an anthropic turn ending in a tool-result turn, the user line is the earlier prompt."""
+        text = show_cassette(cassette([anthropic_tool_result_turn(0)]), "c.json")
+        user_lines = [line for line in text.splitlines() if line.startswith("  user:")]
+        assert user_lines == ["  user: 'Book me a flight to NBO'"]
+        assert "tool result (search_flights): 'KQ311 found'" in text

@@ -230,6 +230,54 @@ class TestParseRequest:
         assert info.value.field == field
 
 
+class TestPrompt:
+    def test_prompt_is_the_newest_user_text(self) -> None:
+        """The prompt is the text blocks of the newest user message, not an earlier one."""
+        body = _body(
+            messages=[
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "ok"},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "second"},
+                        {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}},
+                        {"type": "text", "text": "part two"},
+                    ],
+                },
+            ]
+        )
+        assert CODEC.parse_request(body).prompt == "second\npart two"
+
+    def test_tool_result_only_turn_is_skipped(self) -> None:
+        """A trailing user turn holding only tool_result blocks leaves the earlier prompt."""
+        assert CODEC.parse_request(json.dumps(CONVERSATION).encode()).prompt == "Book it"
+
+    def test_tool_result_text_is_not_prompt(self) -> None:
+        """Text beside tool results is the prompt; the tool results' own text is not."""
+        body = _body(
+            messages=[
+                {"role": "user", "content": "old"},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t", "content": "result"},
+                        {"type": "text", "text": "now continue"},
+                    ],
+                },
+            ]
+        )
+        assert CODEC.parse_request(body).prompt == "now continue"
+
+    def test_no_user_message_is_empty(self) -> None:
+        """A request without a user message, or with only tool results, has the empty prompt."""
+        assert CODEC.parse_request(_body(messages=[])).prompt == ""
+        only_results = [
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}
+        ]
+        assert CODEC.parse_request(_body(messages=only_results)).prompt == ""
+
+
 class TestParseResponse:
     @pytest.mark.parametrize(
         ("raw", "expected"),

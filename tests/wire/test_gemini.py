@@ -241,6 +241,41 @@ class TestParseRequest:
         assert info.value.field == field
 
 
+class TestPrompt:
+    def test_prompt_is_the_newest_user_text(self) -> None:
+        """The prompt is the text parts of the newest user content, not an earlier one."""
+        body = {
+            "contents": [
+                {"role": "user", "parts": [{"text": "first"}]},
+                {"role": "model", "parts": [{"text": "ok"}]},
+                {
+                    "role": "user",
+                    "parts": [
+                        {"text": "second"},
+                        {"inlineData": {"mimeType": "image/png", "data": "AA=="}},
+                        {"text": "part two"},
+                    ],
+                },
+            ]
+        }
+        assert CODEC.parse_request(_body(body)).prompt == "second\npart two"
+
+    def test_function_response_only_turn_is_skipped(self) -> None:
+        """A trailing user turn holding only functionResponse parts leaves the earlier prompt."""
+        assert CODEC.parse_request(_body(CONVERSATION)).prompt == "Book it"
+
+    def test_content_without_role_is_a_user_turn(self) -> None:
+        """A content item without a role counts as the user's."""
+        body = {"contents": [{"role": "user", "parts": [{"text": "a"}]}, {"parts": [{"text": "b"}]}]}
+        assert CODEC.parse_request(_body(body)).prompt == "b"
+
+    def test_no_user_content_is_empty(self) -> None:
+        """A request without user text has the empty prompt."""
+        assert CODEC.parse_request(_body({"contents": []})).prompt == ""
+        body = {"contents": [{"role": "model", "parts": [{"text": "hello"}]}]}
+        assert CODEC.parse_request(_body(body)).prompt == ""
+
+
 class TestParseResponse:
     @pytest.mark.parametrize(
         ("raw", "expected"),

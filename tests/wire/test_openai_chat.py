@@ -128,6 +128,47 @@ class TestParseRequest:
         assert not CODEC.is_stream_request(b"\xff", "/v1/chat/completions", "")
 
 
+class TestPrompt:
+    def test_prompt_is_the_newest_user_text(self) -> None:
+        """The prompt is the newest ``role: user`` message, its text parts joined by newlines."""
+        body = {
+            "messages": [
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "ok"},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "second"},
+                        {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+                        {"type": "text", "text": "part two"},
+                    ],
+                },
+            ]
+        }
+        assert CODEC.parse_request(json.dumps(body).encode()).prompt == "second\npart two"
+
+    def test_tool_messages_are_not_prompts(self) -> None:
+        """Tool and legacy function results after the user message do not replace the prompt."""
+        body = {
+            "messages": [
+                {"role": "user", "content": "Book it"},
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": "{}"}}],
+                },
+                {"role": "tool", "tool_call_id": "1", "content": "done"},
+                {"role": "function", "name": "f", "content": "also done"},
+            ]
+        }
+        assert CODEC.parse_request(json.dumps(body).encode()).prompt == "Book it"
+
+    def test_no_user_message_is_empty(self) -> None:
+        """A request without a user message has the empty prompt."""
+        body = {"messages": [{"role": "system", "content": "sys"}]}
+        assert CODEC.parse_request(json.dumps(body).encode()).prompt == ""
+
+
 class TestParseResponse:
     def test_golden_tool_calls(self, golden) -> None:
         """A chat.completion with tool_calls maps to TOOL_CALLS with exact argument strings."""

@@ -140,6 +140,48 @@ class TestParseRequest:
         assert info.value.field == field
 
 
+class TestPrompt:
+    def test_string_input_is_the_prompt(self) -> None:
+        """A string input is the prompt as it stands."""
+        assert CODEC.parse_request(b'{"input": "hello there"}').prompt == "hello there"
+
+    def test_prompt_is_the_newest_user_item(self) -> None:
+        """The prompt is the newest user item's input_text parts joined by newlines."""
+        body = {
+            "input": [
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": "second"},
+                        {"type": "input_image", "image_url": "https://x/y.png"},
+                        {"type": "input_text", "text": "part two"},
+                    ],
+                },
+            ]
+        }
+        assert CODEC.parse_request(json.dumps(body).encode()).prompt == "second\npart two"
+
+    def test_tool_outputs_are_not_prompts(self) -> None:
+        """function_call_output items after the user item do not replace the prompt."""
+        body = {
+            "input": [
+                {"role": "user", "content": "Book it"},
+                {"type": "function_call", "call_id": "1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "1", "output": "done"},
+            ]
+        }
+        assert CODEC.parse_request(json.dumps(body).encode()).prompt == "Book it"
+
+    def test_no_user_item_is_empty(self) -> None:
+        """A request without a user item has the empty prompt."""
+        body = {"instructions": "sys", "input": [{"role": "developer", "content": "dev"}]}
+        assert CODEC.parse_request(json.dumps(body).encode()).prompt == ""
+        assert CODEC.parse_request(b'{"prompt": {"id": "pmpt_1"}}').prompt == ""
+
+
 class TestParseResponse:
     def test_golden_function_call(self, golden) -> None:
         """A completed response with a function_call is TOOL_CALLS, keeping the message text."""
