@@ -352,10 +352,21 @@ def _missing_text(events: Sequence[dict[str, Any]], existing: Any) -> str | None
     by_index = {t.index: t for t in existing.turns} if existing is not None else {}
     for index in unconsumed:
         turn = by_index.get(index)
-        model = turn.request.body.get("model") if turn and isinstance(turn.request.body, dict) else None
-        where = f" ({turn.provider}{', ' + str(model) if model else ''})" if turn else ""
+        model = _model_of(turn) if turn is not None else None
+        where = f" ({turn.provider}{', ' + model if model else ''})" if turn else ""
         lines.append(f"- turn {index}{where}")
     return "\n".join(lines)
+
+
+def _model_of(turn: Any) -> str | None:
+    """The model a recorded turn asked for, through its codec (Gemini names it in the path)."""
+    from flowproof.cassette import turn_views
+    from flowproof.errors import FlowproofError
+
+    try:
+        return turn_views(turn).request.model
+    except FlowproofError:
+        return None
 
 
 def _verdict(

@@ -5,6 +5,7 @@ Human text ends with one line that says what to do next.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Sequence
@@ -382,26 +383,47 @@ def diff_cassettes(old: Any, new: Any) -> str:
     lines: list[str] = []
     if old.route != new.route:
         lines.append(f"route: {old.route} -> {new.route}")
-    for i in range(max(len(a), len(b))):
-        if i >= len(a):
-            lines.append(f"turn {i}: added — {_summary(b[i])}")
-            continue
-        if i >= len(b):
+    # Turns are aligned on what each one did (its tool calls, or a text answer), so one
+    # inserted or dropped call reads as that, not as every later turn having changed.
+    matcher = difflib.SequenceMatcher(
+        a=[_turn_key(e) for e in a], b=[_turn_key(e) for e in b], autojunk=False
+    )
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        paired = min(i2 - i1, j2 - j1) if tag in ("equal", "replace") else 0
+        for k in range(paired):
+            lines += _paired_turn_diff(a[i1 + k], b[j1 + k], i1 + k, j1 + k)
+        for i in range(i1 + paired, i2):
             lines.append(f"turn {i}: removed — {_summary(a[i])}")
-            continue
-        (ort, ov, oerr), (nrt, nv, nerr) = a[i], b[i]
-        if ov is None or nv is None:
-            if ort.request.body_sha256 != nrt.request.body_sha256 or ort.response != nrt.response:
-                lines.append(f"turn {i}: changed ({oerr or nerr})")
-            continue
-        changes = _turn_diff(ov, nv)
-        if ort.provider != nrt.provider:
-            changes.insert(0, f"provider: {ort.provider} -> {nrt.provider}")
-        if not changes and ort.request.body_sha256 != nrt.request.body_sha256:
-            changes.append("request body changed (same model, tools and roles)")
-        for change in changes:
-            lines.append(f"turn {i}: {change}")
+        for j in range(j1 + paired, j2):
+            lines.append(f"turn {j}: added — {_summary(b[j])}")
     return "\n".join(lines)
+
+
+def _turn_key(entry: tuple[Any, Turn | None, str | None]) -> tuple[str, ...]:
+    rt, view, _ = entry
+    if view is None:
+        return ("unreadable", rt.request.body_sha256)
+    calls = view.response.tool_calls if view.response else ()
+    # Arguments are part of the key so that of two calls to one tool, the unchanged one
+    # pairs up; a turn whose arguments moved is still paired, as a replacement.
+    return tuple(f"{c.name} {c.canonical_arguments()}" for c in calls) or ("text",)
+
+
+def _paired_turn_diff(
+    old: tuple[Any, Turn | None, str | None], new: tuple[Any, Turn | None, str | None], i: int, j: int
+) -> list[str]:
+    (ort, ov, oerr), (nrt, nv, nerr) = old, new
+    label = f"turn {j}" if i == j else f"turn {j} (was turn {i})"
+    if ov is None or nv is None:
+        if ort.request.body_sha256 != nrt.request.body_sha256 or ort.response != nrt.response:
+            return [f"{label}: changed ({oerr or nerr})"]
+        return []
+    changes = _turn_diff(ov, nv)
+    if ort.provider != nrt.provider:
+        changes.insert(0, f"provider: {ort.provider} -> {nrt.provider}")
+    if not changes and ort.request.body_sha256 != nrt.request.body_sha256:
+        changes.append("request body changed (same model, tools and roles)")
+    return [f"{label}: {change}" for change in changes]
 
 
 def _summary(entry: tuple[Any, Turn | None, str | None]) -> str:

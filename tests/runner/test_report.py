@@ -144,3 +144,19 @@ class TestShowPrompt:
         user_lines = [line for line in text.splitlines() if line.startswith("  user:")]
         assert user_lines == ["  user: 'Book me a flight to NBO'"]
         assert "tool result (search_flights): 'KQ311 found'" in text
+
+
+class TestDiffAlignment:
+    def test_an_inserted_call_is_one_added_turn(self) -> None:
+        """One extra call in the middle reads as one added turn, not as every later turn changed."""
+        extra = chat_turn(1, call=("search_flights", {"destination": "MBA"}))
+        new = [BOOKING_TURNS[0], extra, {**BOOKING_TURNS[1], "index": 2}, {**BOOKING_TURNS[2], "index": 3}]
+        diff = diff_cassettes(cassette(BOOKING_TURNS), cassette(new))
+        assert diff == 'turn 1: added — openai-chat, calls search_flights {"destination":"MBA"}'
+
+    def test_a_dropped_call_is_one_removed_turn(self) -> None:
+        """A call the new recording no longer makes reads as one removed turn."""
+        new = [BOOKING_TURNS[0], {**BOOKING_TURNS[2], "index": 1}]
+        diff = diff_cassettes(cassette(BOOKING_TURNS), cassette(new))
+        assert diff.startswith("turn 1: removed — openai-chat, calls create_booking")
+        assert len(diff.splitlines()) == 1, diff
