@@ -575,11 +575,11 @@ class TestRecordEdges:
         assert "see «cwd»/a.py, /srv/proj2" in turn.response.content().decode()
 
         harness.configure(flowproof_mode="replay", flowproof_cassette=str(path),
-                          flowproof_cwd="/ci/work", flowproof_home="/root")
-        g = model_flow(chat_body("list /ci/work"))
+                          flowproof_cwd="/ci/checkout", flowproof_home="/root")
+        g = model_flow(chat_body("list /ci/checkout"))
         harness.addon.request(g)
         assert g.response is not None and g.response.status_code == 200
-        assert "see /ci/work/a.py, /srv/proj2" in g.response.content.decode()
+        assert "see /ci/checkout/a.py, /srv/proj2" in g.response.content.decode()
 
 
 class TestReplayEdges:
