@@ -145,7 +145,7 @@ def _mitmdump() -> str:
         return str(beside)
     found = shutil.which("mitmdump")
     if found is None:
-        pytest.skip("mitmdump is not installed next to the interpreter")
+        pytest.fail("mitmdump is not installed next to the interpreter: mitmproxy is a dependency, reinstall flowproof")
     return found
 
 
