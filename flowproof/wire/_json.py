@@ -8,6 +8,7 @@ naming the provider and the field, so no raw KeyError/TypeError escapes.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from flowproof.errors import WireError
@@ -100,6 +101,25 @@ def schema_size(value: Any) -> int:
     if value is None:
         return 0
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def substitute_outputs(
+    items: list[Any],
+    outputs: Iterable[tuple[int, str | None, str | None]],
+    field: str,
+    results: Mapping[str, Any],
+) -> bool:
+    """Set ``items[i][field]`` to the mocked result of each ``(i, call id, tool name)`` output
+    whose tool is in ``results``; True when anything changed (so the body is re-serialized)."""
+    changed = False
+    for i, _call_id, name in outputs:
+        if name is None or name not in results:
+            continue
+        new = compact_json(results[name])
+        if items[i].get(field) != new:
+            items[i][field] = new
+            changed = True
+    return changed
 
 
 def compact_dumps(value: Any) -> str:

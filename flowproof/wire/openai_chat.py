@@ -16,7 +16,6 @@ from typing import Any
 from flowproof.errors import WireError
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
 from flowproof.wire._json import (
-    compact_json,
     content_text,
     dump_body,
     expect_list,
@@ -24,6 +23,7 @@ from flowproof.wire._json import (
     load_json_body,
     optional_str,
     schema_size,
+    substitute_outputs,
 )
 from flowproof.wire.sse import SSEEvent
 
@@ -342,14 +342,7 @@ class OpenAIChatCodec:
             return body
         data = load_json_body(NAME, body, "request body")
         messages = _messages(data)
-        changed = False
-        for i, _call_id, name in _walk_tool_messages(messages):
-            if name is None or name not in results:
-                continue
-            new = compact_json(results[name])
-            if messages[i].get("content") != new:
-                messages[i]["content"] = new
-                changed = True
+        changed = substitute_outputs(messages, _walk_tool_messages(messages), "content", results)
         return dump_body(data) if changed else body
 
     def error_body(self, status: int, message: str) -> bytes:

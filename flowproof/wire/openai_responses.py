@@ -24,6 +24,7 @@ from flowproof.wire._json import (
     load_json_body,
     optional_str,
     schema_size,
+    substitute_outputs,
 )
 from flowproof.wire.openai_chat import openai_error_body, wants_stream
 from flowproof.wire.sse import SSEEvent
@@ -364,14 +365,7 @@ class OpenAIResponsesCodec:
         if isinstance(data.get("input"), str):
             return body  # a plain prompt carries no tool outputs
         items = _items(data)
-        changed = False
-        for i, _call_id, name in _walk_outputs(items):
-            if name is None or name not in results:
-                continue
-            new = compact_json(results[name])
-            if items[i].get("output") != new:
-                items[i]["output"] = new
-                changed = True
+        changed = substitute_outputs(items, _walk_outputs(items), "output", results)
         return dump_body(data) if changed else body
 
     def error_body(self, status: int, message: str) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,24 @@ from flowproof.runner.proxy import (
 )
 
 from .conftest import FAKE_ADDON, group_alive
+
+
+def free_port_pair() -> int:
+    """A port N on 127.0.0.1 such that N and N+1 were both free a moment ago."""
+    for _ in range(50):
+        first = socket.socket()
+        first.bind(("127.0.0.1", 0))
+        port = first.getsockname()[1]
+        second = socket.socket()
+        try:
+            second.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        finally:
+            first.close()
+            second.close()
+        return port
+    raise AssertionError("no two consecutive free ports on 127.0.0.1 in 50 tries")
 
 
 def settings(tmp_path: Path, ca_dir: Path, **kw) -> ProxySettings:
@@ -134,13 +153,9 @@ class TestStartProxy:
 
     def test_fixed_port_puts_reverse_listeners_after_it(self, tmp_path: Path, ca_dir: Path) -> None:
         """With --proxy-port N the reverse listeners take N+1, N+2 … as `flowproof env` says."""
-        port = free_port()
+        port = free_port_pair()
         s = settings(tmp_path, ca_dir, port=port, route="base_url", reverse_hosts=("api.openai.com",))
-        try:
-            proxy = start_proxy(s)
-        except ProxyError:
-            pytest.skip("port N+1 was taken by another process")
-        with proxy:
+        with start_proxy(s) as proxy:
             assert proxy.port == port
             assert proxy.reverse_ports == {"api.openai.com": port + 1}
 
