@@ -201,7 +201,7 @@ def _encode_file(text: str) -> bytes:
     """A cassette's text as UTF-8. U+DC80..U+DCFF go back to the byte they escape
     (surrogateescape: an SSE stream that is not UTF-8 round-trips byte for byte);
     any other lone surrogate is written as its JSON escape ``\\udXXX``."""
-    escaped = _UNPAIRED.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+    escaped = _UNPAIRED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return escaped.encode("utf-8", "surrogateescape")
 
 

@@ -18,9 +18,9 @@ from flowproof.cassette import (
     save_cassette,
     turn_views,
 )
-from flowproof.request_key import body_sha256
 from flowproof.errors import CassetteError, CassetteNotFoundError
 from flowproof.model import FinishReason
+from flowproof.request_key import body_sha256
 from flowproof.wire.sse import SSEEvent, canonical_raw
 
 CHAT_URL = "https://api.openai.com/v1/chat/completions"

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from flowproof.cassette import Cassette, RecordedRequest, RecordedResponse, RecordedTurn, save_cassette
+from flowproof.cassette import (
+    Cassette,
+    RecordedRequest,
+    RecordedResponse,
+    RecordedTurn,
+    save_cassette,
+)
 from flowproof.redact import ALLOWED_HEADERS, filter_headers, redact_url
 from flowproof.request_key import body_sha256
 

@@ -23,10 +23,10 @@ from mitmproxy import ctx, exceptions, tls
 from mitmproxy.addonmanager import Loader
 
 from flowproof.addon.compare import Compare
+from flowproof.addon.eventlog import EventLog
 from flowproof.addon.options import MODES, ROUTES, AddonConfig, Mode, build_config, option_values
 from flowproof.addon.record import Record
 from flowproof.addon.replay import Replay
-from flowproof.addon.eventlog import EventLog
 from flowproof.addon.shared import Shared, config_record_command, log
 from flowproof.cassette import load_cassette
 from flowproof.errors import FlowproofError, SpecError

@@ -13,7 +13,12 @@ from flowproof.addon.shared import Shared, content_of, log, refuse_unhandled
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.errors import FlowproofError
 from flowproof.events import ErrorEvent, TurnEvent
-from flowproof.recorder import PendingCall, is_event_stream, response_from_body, response_from_stream
+from flowproof.recorder import (
+    PendingCall,
+    is_event_stream,
+    response_from_body,
+    response_from_stream,
+)
 
 __all__ = ["LiveCalls"]
 

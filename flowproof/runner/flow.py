@@ -33,7 +33,13 @@ from flowproof.errors import (
 from flowproof.events import Event, TurnEvent, parse_events
 from flowproof.model import Turn
 from flowproof.runner.agents import AgentRun, run_command_agent, run_url_agent
-from flowproof.runner.env import CAFiles, agent_env, default_ca_dir, ensure_ca, interpreter_first_path
+from flowproof.runner.env import (
+    CAFiles,
+    agent_env,
+    default_ca_dir,
+    ensure_ca,
+    interpreter_first_path,
+)
 from flowproof.runner.proxy import ProxySettings, RunningProxy, start_proxy
 from flowproof.runner.recording import Staging
 from flowproof.spec import FlowSpec, load_spec, resolve_variables

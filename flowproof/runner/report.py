@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from flowproof.cassette import Cassette
 from flowproof.errors import (
     EXIT_AGENT,
     EXIT_ASSERTION,
@@ -22,7 +23,6 @@ from flowproof.errors import (
     EXIT_OK,
     EXIT_USAGE,
 )
-from flowproof.cassette import Cassette
 from flowproof.heal import readable_turns, short_text
 from flowproof.runner.flow import FlowResult
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from mitmproxy import exceptions
 from mitmproxy.test import tflow
+
+from flowproof.addon import Compare, Record
+from flowproof.addon.eventlog import EventLog
 
 from .conftest import Harness, write_cassette
 
@@ -67,6 +69,26 @@ class TestOptions:
         harness.tctx.options.add_option("connection_strategy", str, "eager", "test", choices=("eager", "lazy"))
         harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
         assert harness.tctx.options.connection_strategy == "lazy"
+
+
+class TestComposition:
+    def test_the_mode_selects_the_one_concern_before_the_log(self, harness: Harness, tmp_path: Path):
+        """Configuring a mode makes its concern the root's first child and the event log the last."""
+        root = harness.addon.root
+        harness.configure(flowproof_mode="record", flowproof_cassette=str(tmp_path / "c.json"))
+        assert [type(a) for a in root.addons] == [Record, EventLog]
+        path = write_cassette(tmp_path / "r.json")
+        harness.configure(flowproof_mode="compare", flowproof_cassette=str(path))
+        assert [type(a) for a in root.addons] == [Compare, EventLog]
+        assert root.addons[0].shared is root.shared
+
+    def test_done_closes_the_log_after_the_concern_wrote(self, harness: Harness, tmp_path: Path):
+        """The concern's done event is written, then the log is closed by its own done hook."""
+        path = write_cassette(tmp_path / "r.json")
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
+        harness.addon.done()
+        assert [e["event"] for e in harness.events()] == ["done"]
+        assert harness.addon.root.events._file is None
 
 
 class TestLifecycle:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
-
 
 from .conftest import Harness, chat_body, json_response, model_flow
 

@@ -9,7 +9,6 @@ from xml.etree import ElementTree as ET
 from flowproof.cassette import loads_cassette
 from flowproof.errors import EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_OK
 from flowproof.runner.flow import FlowResult
-from flowproof.verdict import StepResult
 from flowproof.runner.report import (
     junit_xml,
     render_json,
@@ -17,6 +16,7 @@ from flowproof.runner.report import (
     show_cassette,
     worst_exit,
 )
+from flowproof.verdict import StepResult
 
 from .helpers import BOOKING_TURNS, cassette_text
 
