@@ -19,6 +19,7 @@ from flowproof.wire._json import (
     compact_json,
     content_text,
     dump_body,
+    error_message,
     expect_list,
     expect_object,
     load_json_body,
@@ -371,6 +372,10 @@ class OpenAIResponsesCodec:
     def error_body(self, status: int, message: str) -> bytes:
         """``{"error": {"message", "type", "param", "code"}}`` as OpenAI sends it."""
         return openai_error_body(status, message)
+
+    def error_text(self, body: Any) -> str | None:
+        """The message of a parsed error body in this API's shape, else None."""
+        return error_message(body)
 
 
 CODEC = OpenAIResponsesCodec()
