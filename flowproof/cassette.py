@@ -35,6 +35,7 @@ from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 from flowproof.errors import CassetteError, CassetteNotFoundError
 from flowproof.model import FinishReason, ResponseView, Turn
+from flowproof.wire.providers import allowed_headers
 from flowproof.wire.sse import SSEEvent
 
 __all__ = [
@@ -61,18 +62,9 @@ CASSETTE_FORMAT = 1
 Route = Literal["proxy", "base_url"]
 _ROUTES: tuple[str, ...] = ("proxy", "base_url")
 
-#: Header names (lowercase) a cassette may keep. An allow-list, never a deny-list:
-#: a header nobody thought of cannot leak (DESIGN.md, "Real agents").
-ALLOWED_HEADERS: frozenset[str] = frozenset(
-    {
-        "content-type",
-        "anthropic-version",
-        "anthropic-beta",
-        "openai-beta",
-        "openai-version",
-        "x-goog-api-version",
-    }
-)
+#: Header names (lowercase) a cassette may keep, from the provider table. An allow-list,
+#: never a deny-list: a header nobody thought of cannot leak.
+ALLOWED_HEADERS: frozenset[str] = allowed_headers()
 
 # Query parameter names that carry credentials (Gemini's ``?key=``, signed URLs, OAuth).
 _SECRET_PARAMS: frozenset[str] = frozenset(

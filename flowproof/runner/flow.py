@@ -34,10 +34,11 @@ from flowproof.errors import (
 from flowproof.runner.agents import AgentRun, run_command_agent, run_url_agent
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, interpreter_first_path
 from flowproof.runner.proxy import ProxySettings, RunningProxy, start_proxy
+from flowproof.wire.providers import reverse_hosts
 
 MODES = ("replay", "record", "compare")
-#: Reverse listeners opened for ``agent.route: base_url``.
-REVERSE_HOSTS = ("api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com")
+#: Reverse listeners opened for ``agent.route: base_url`` (one per upstream in the provider table).
+REVERSE_HOSTS = reverse_hosts()
 
 
 class Cancel:

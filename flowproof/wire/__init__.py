@@ -28,6 +28,7 @@ from functools import cache
 
 from flowproof.errors import WireError
 from flowproof.wire.base import Codec
+from flowproof.wire.providers import PROVIDERS, Provider, model_host_suffixes, model_hosts, provider
 from flowproof.wire.sse import (
     SSEDecoder,
     SSEEvent,
@@ -40,7 +41,9 @@ from flowproof.wire.sse import (
 __all__ = [
     "CODEC_NAMES",
     "MODEL_HOSTS",
+    "PROVIDERS",
     "Codec",
+    "Provider",
     "SSEDecoder",
     "SSEEvent",
     "available_codecs",
@@ -52,10 +55,11 @@ __all__ = [
     "make_event",
     "normalize_host",
     "parse_sse",
+    "provider",
 ]
 
-#: Every provider id a cassette may name, in detection order.
-CODEC_NAMES: tuple[str, ...] = ("openai-chat", "openai-responses", "anthropic", "gemini")
+#: Every provider id a cassette may name, in detection order (the order of the provider table).
+CODEC_NAMES: tuple[str, ...] = tuple(p.name for p in PROVIDERS)
 
 _MODULES = {
     "openai-chat": "flowproof.wire.openai_chat",
@@ -64,30 +68,14 @@ _MODULES = {
     "gemini": "flowproof.wire.gemini",
 }
 
-#: Well-known model API hosts (Azure OpenAI and Vertex AI are matched by suffix, see `is_model_host`).
-MODEL_HOSTS: frozenset[str] = frozenset(
-    {
-        "api.openai.com",
-        "api.anthropic.com",
-        "generativelanguage.googleapis.com",
-        "openrouter.ai",
-        "api.groq.com",
-        "api.mistral.ai",
-        "api.deepseek.com",
-        "api.together.xyz",
-        "api.fireworks.ai",
-        "api.x.ai",
-    }
-)
-_MODEL_HOST_SUFFIXES = (".openai.azure.com", "aiplatform.googleapis.com")
+#: Well-known model API hosts, from the provider table (`flowproof.wire.providers`). Azure
+#: OpenAI and Vertex AI are matched by suffix, see `is_model_host`.
+MODEL_HOSTS: frozenset[str] = frozenset(model_hosts())
+_MODEL_HOST_SUFFIXES = model_host_suffixes()
 
-# The path suffix of each API, for extra hosts (most specific first).
-_SUFFIXES: tuple[tuple[str, str], ...] = (
-    ("/chat/completions", "openai-chat"),
-    ("/responses", "openai-responses"),
-    ("/messages", "anthropic"),
-    (":streamGenerateContent", "gemini"),
-    (":generateContent", "gemini"),
+# The path suffix of each API, for extra hosts (the table lists each API's most specific first).
+_SUFFIXES: tuple[tuple[str, str], ...] = tuple(
+    (suffix, p.name) for p in PROVIDERS for suffix in p.path_suffixes
 )
 
 
