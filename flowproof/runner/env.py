@@ -178,13 +178,13 @@ def placeholder_key_vars(env: Mapping[str, str]) -> tuple[str, ...]:
     ``ANTHROPIC_API_KEY`` over ``ANTHROPIC_AUTH_TOKEN``), so a placeholder in any
     of them could shadow the user's key in another. A provider gets placeholders
     only when none of its variables holds a key (an empty value is no key: every
-    SDK treats it as missing).
+    SDK treats it as missing), and then in its ``placeholder_vars``.
     """
     names: list[str] = []
     for row in PROVIDERS:
         if any(env.get(var) for var in row.key_vars):
             continue
-        names.extend(var for var in row.key_vars if var not in names)
+        names.extend(var for var in row.placeholder_vars if var not in names)
     return tuple(names)
 
 

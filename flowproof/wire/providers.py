@@ -76,9 +76,12 @@ class Provider:
     base_url_host: str
     #: The variables the official clients read their base URL from.
     base_url_vars: tuple[BaseUrlVar, ...]
-    #: API key variables, in the order the official clients read them: a key in an earlier
-    #: variable shadows one in a later variable.
+    #: Every variable the official clients read this provider's key (or token) from, in the
+    #: order they read them: a key in an earlier variable shadows one in a later variable.
     key_vars: tuple[str, ...]
+    #: The subset of ``key_vars`` that gets a placeholder key when none of ``key_vars`` holds
+    #: one (a placeholder login token could switch a client's auth mode, so tokens get none).
+    placeholder_vars: tuple[str, ...]
     #: Body paths holding the system prompt (empty when it travels inside the messages).
     system_roots: tuple[str, ...]
     #: Body paths holding the conversation (messages, items, contents).
@@ -122,6 +125,7 @@ PROVIDERS: tuple[Provider, ...] = (
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
         key_vars=_OPENAI_KEYS,
+        placeholder_vars=_OPENAI_KEYS,
         system_roots=(),
         message_roots=("messages",),
         tool_roots=("tools", "functions"),
@@ -142,6 +146,7 @@ PROVIDERS: tuple[Provider, ...] = (
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
         key_vars=_OPENAI_KEYS,
+        placeholder_vars=_OPENAI_KEYS,
         system_roots=("instructions",),
         message_roots=("input",),
         tool_roots=("tools",),
@@ -160,8 +165,9 @@ PROVIDERS: tuple[Provider, ...] = (
         base_url_host="api.anthropic.com",
         base_url_vars=(BaseUrlVar("ANTHROPIC_BASE_URL", ""),),
         # The anthropic SDK (2.x) uses ANTHROPIC_API_KEY and ignores ANTHROPIC_AUTH_TOKEN when
-        # both are set; Claude Code reads the same two.
-        key_vars=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+        # both are set; Claude Code reads the same two, and its own login token.
+        key_vars=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
+        placeholder_vars=("ANTHROPIC_API_KEY",),
         system_roots=("system",),
         message_roots=("messages",),
         tool_roots=("tools",),
@@ -187,6 +193,7 @@ PROVIDERS: tuple[Provider, ...] = (
         base_url_vars=(BaseUrlVar("GOOGLE_GEMINI_BASE_URL", ""),),
         # google-genai reads GOOGLE_API_KEY before GEMINI_API_KEY (and warns when both are set).
         key_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+        placeholder_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
         system_roots=("systemInstruction", "system_instruction"),
         message_roots=("contents",),
         tool_roots=("tools",),

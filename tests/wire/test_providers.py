@@ -54,6 +54,7 @@ class TestEveryCodecDeclaresEveryField:
             if field.name not in MAY_BE_EMPTY:
                 assert value, f"{row.name} declares no {field.name}"
             assert len(set(value)) == len(value), f"{row.name}.{field.name} repeats an entry"
+        assert set(row.placeholder_vars) <= set(row.key_vars)
 
     def test_the_empty_fields_are_the_expected_ones(self) -> None:
         """Emptiness is a fact about one API, not an omission: each exception is where the docs say."""
@@ -193,7 +194,7 @@ class TestKeyOrderMatchesTheSdks:
     ) -> None:
         import anthropic
 
-        first, second = provider("anthropic").key_vars
+        first, second, *_ = provider("anthropic").key_vars
         monkeypatch.setenv(first, "first-key")
         monkeypatch.setenv(second, "second-token")
         client = anthropic.Anthropic()
