@@ -22,11 +22,10 @@ call of that API. Extra hosts also count as model hosts for `is_model_host`.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Collection
-from functools import cache
 
 from flowproof.errors import WireError
+from flowproof.wire import anthropic, gemini, openai_chat, openai_responses
 from flowproof.wire.base import Codec
 from flowproof.wire.providers import PROVIDERS, Provider, model_host_suffixes, model_hosts, provider
 from flowproof.wire.sse import (
@@ -61,11 +60,10 @@ __all__ = [
 #: Every provider id a cassette may name, in detection order (the order of the provider table).
 CODEC_NAMES: tuple[str, ...] = tuple(p.name for p in PROVIDERS)
 
-_MODULES = {
-    "openai-chat": "flowproof.wire.openai_chat",
-    "openai-responses": "flowproof.wire.openai_responses",
-    "anthropic": "flowproof.wire.anthropic",
-    "gemini": "flowproof.wire.gemini",
+# Every codec, keyed by its provider id, in the order of the provider table.
+_ALL: tuple[Codec, ...] = (openai_chat.CODEC, openai_responses.CODEC, anthropic.CODEC, gemini.CODEC)
+_CODECS: dict[str, Codec] = {
+    codec.name: codec for codec in sorted(_ALL, key=lambda c: CODEC_NAMES.index(c.name))
 }
 
 #: Well-known model API hosts, from the provider table (`flowproof.wire.providers`). Azure
@@ -89,38 +87,19 @@ def normalize_host(host: str) -> str:
     return host.rstrip(".")
 
 
-@cache
-def _load(name: str) -> Codec | None:
-    try:
-        module = importlib.import_module(_MODULES[name])
-    except ModuleNotFoundError as e:
-        # anthropic.py and gemini.py are written alongside this registry; until a
-        # module lands its API is simply not detected. Only a missing codec module is
-        # tolerated: an import error inside an existing module still surfaces.
-        if e.name == _MODULES[name]:
-            return None
-        raise
-    codec: Codec = module.CODEC
-    return codec
-
-
 def available_codecs() -> tuple[Codec, ...]:
-    """The codecs whose modules are installed, in detection order."""
-    return tuple(c for c in (_load(n) for n in CODEC_NAMES) if c is not None)
+    """Every codec, in detection order."""
+    return tuple(_CODECS.values())
 
 
 def codec_by_name(name: str) -> Codec:
-    """The codec stored in a cassette as ``name``; `WireError` for an unknown or missing one."""
-    if name not in _MODULES:
+    """The codec stored in a cassette as ``name``; `WireError` for an unknown one."""
+    codec = _CODECS.get(name)
+    if codec is None:
         raise WireError(
             name,
             "provider",
             f"unknown provider; a cassette names one of {', '.join(CODEC_NAMES)}",
-        )
-    codec = _load(name)
-    if codec is None:
-        raise WireError(
-            name, "provider", f"the {name} codec is not available in this flowproof build"
         )
     return codec
 
@@ -150,5 +129,5 @@ def detect(method: str, host: str, path: str, extra_hosts: Collection[str] = ())
         trimmed = path.rstrip("/")
         for suffix, name in _SUFFIXES:
             if trimmed.endswith(suffix):
-                return _load(name)
+                return _CODECS[name]
     return None
