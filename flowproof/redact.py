@@ -14,19 +14,12 @@ from collections.abc import Iterable, Mapping
 from typing import cast
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
+from flowproof.wire.providers import allowed_headers
+
 __all__ = ["ALLOWED_HEADERS", "filter_headers", "redact_url"]
 
-#: Header names (lowercase) a cassette may keep.
-ALLOWED_HEADERS: frozenset[str] = frozenset(
-    {
-        "content-type",
-        "anthropic-version",
-        "anthropic-beta",
-        "openai-beta",
-        "openai-version",
-        "x-goog-api-version",
-    }
-)
+#: Header names (lowercase) a cassette may keep, from the provider table in `flowproof.wire`.
+ALLOWED_HEADERS: frozenset[str] = allowed_headers()
 
 # Query parameter names that carry credentials (Gemini's ``?key=``, signed URLs, OAuth).
 _SECRET_PARAMS: frozenset[str] = frozenset(

@@ -46,10 +46,11 @@ from flowproof.spec import FlowSpec, load_spec, resolve_variables
 from flowproof.spec.types import AgentSpec
 from flowproof.trajectory import build_trajectory
 from flowproof.verdict import StepResult, decide_exit
+from flowproof.wire.providers import reverse_hosts
 
 MODES = ("replay", "record", "compare")
-#: Reverse listeners opened for ``agent.route: base_url``.
-REVERSE_HOSTS = ("api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com")
+#: Reverse listeners opened for ``agent.route: base_url`` (one per upstream in the provider table).
+REVERSE_HOSTS = reverse_hosts()
 
 
 class Cancel:
@@ -278,6 +279,7 @@ def _drive(
         reverse_urls=proxy.reverse_urls,
         placeholder_keys=placeholder_keys,
         model_hosts=model_hosts,
+        overrides=agent.env,
     )
     # `python` in a spec's command is the interpreter flowproof runs under (a virtualenv).
     path = interpreter_first_path(env.get("PATH"))

@@ -28,6 +28,7 @@ from flowproof.wire._json import (
     substitute_outputs,
 )
 from flowproof.wire.openai_chat import openai_error_body, wants_stream
+from flowproof.wire.providers import provider
 from flowproof.wire.sse import SSEEvent
 
 NAME = "openai-responses"
@@ -38,7 +39,7 @@ _OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 # Hosts that serve the Responses API under a path other than /v1/responses (Azure's /openai/responses).
-_RESPONSES_HOST_SUFFIXES = (".openai.azure.com",)
+_RESPONSES_HOST_SUFFIXES = provider(NAME).host_suffixes
 
 
 def _items(body: dict[str, Any]) -> list[Any]:
