@@ -8,7 +8,6 @@ from flowproof.testing.base import (
     Context,
     Rendered,
     arguments_object,
-    call_id,
     compact,
     render_error,
     split_arguments,
@@ -18,11 +17,14 @@ from flowproof.testing.base import (
 from flowproof.testing.detect import ANTHROPIC
 from flowproof.testing.script import Reply
 
+#: Anthropic's stop_reason for each unified finish reason.
+STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "content_filter": "refusal"}
+
 
 def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
-    stop = "tool_use" if reply.calls else ("max_tokens" if reply.max_tokens else "end_turn")
-    ids = [call_id(c, "toolu_fake_", k) for c, k in zip(reply.calls, ctx.call_ids, strict=True)]
-    message = {"id": f"msg_fake_{ctx.n}", "type": "message", "role": "assistant", "model": ctx.model}
+    stop = STOP_REASONS[reply.finish_reason]
+    ids = ctx.tool_call_ids(reply.calls, "toolu_fake_", "toolu_01")
+    message = {"id": ctx.ident(f"msg_fake_{ctx.n}", "msg_01", "message"), "type": "message", "role": "assistant", "model": ctx.model}
     usage = {"input_tokens": ctx.input_tokens, "cache_creation_input_tokens": 0,
              "cache_read_input_tokens": 0, "output_tokens": ctx.output_tokens}
     if not stream:

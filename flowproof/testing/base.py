@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from flowproof.testing.detect import ANTHROPIC, GEMINI
+from flowproof.testing.livelike import LiveLike
 from flowproof.testing.script import ScriptedCall
 
 #: Every ``created`` / ``created_at`` timestamp the server emits: recordings must not depend on the clock.
@@ -38,6 +39,30 @@ class Context:
     body: Mapping[str, Any]
     input_tokens: int
     output_tokens: int
+    live: LiveLike | None = None
+
+    def ident(self, plain: str, prefix: str, kind: str, index: int = 0, *, length: int = 24) -> str:
+        """The counter id ``plain``, or in live-like mode a fresh ``prefix`` + random id."""
+        if self.live is None or not self.live.ids:
+            return plain
+        return self.live.mint(prefix, self.n, kind, index, length=length)
+
+    def tool_call_ids(self, calls: Sequence[ScriptedCall], plain_prefix: str, live_prefix: str,
+                      *, length: int = 24) -> list[str | None]:
+        """One id per call: fresh in live-like mode, else the scripted one, else ``plain_prefix`` + counter.
+
+        An empty ``plain_prefix`` means the API sends no id unless one is
+        scripted (Gemini): those calls get ``None``.
+        """
+        ids: list[str | None] = []
+        for i, (call, k) in enumerate(zip(calls, self.call_ids, strict=True)):
+            if self.live is not None and self.live.ids:
+                ids.append(self.live.mint(live_prefix, self.n, "call", i, length=length))
+            elif call.call_id is not None:
+                ids.append(call.call_id)
+            else:
+                ids.append(f"{plain_prefix}{k}" if plain_prefix else None)
+        return ids
 
 
 def compact(data: Any) -> str:
@@ -103,8 +128,4 @@ def render_error(api: str | None, status: int, message: str, retry_after: float 
         value = str(int(retry_after)) if float(retry_after).is_integer() else repr(float(retry_after))
         headers = (("retry-after", value),)
     return Rendered(status, "application/json", body=error_body(api, status, message), headers=headers)
-
-
-def call_id(call: ScriptedCall, prefix: str, number: int) -> str:
-    return call.call_id if call.call_id is not None else f"{prefix}{number}"
 

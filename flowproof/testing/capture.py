@@ -13,7 +13,9 @@ class ReceivedRequest:
     """One request the server received, in arrival order.
 
     ``headers`` has lowercase keys; ``json`` is the parsed body or ``None`` when
-    it is not JSON; ``api`` is the provider id it was answered as, or ``None``.
+    it is not JSON; ``api`` is the provider id it was answered as, or ``None``;
+    ``http_version`` is ``HTTP/1.1`` (or what an HTTP/1 client said) or
+    ``HTTP/2``; ``tls`` says whether the connection was TLS.
     """
 
     method: str
@@ -23,6 +25,8 @@ class ReceivedRequest:
     body: bytes
     json: Any
     api: str | None
+    http_version: str = "HTTP/1.1"
+    tls: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,18 +57,35 @@ class SentResponse:
         return next((v for k, v in self.headers if k.lower() == "content-type"), "")
 
 
+#: How an exchange ended (`Exchange.outcome`); ``None`` while the answer is still being written.
+ENDED = "ended"  # the server wrote the whole answer and ended the body
+CUT = "cut"  # a scripted ``cut_after`` ended it early (the server closed or reset)
+CLIENT_CLOSED = "client-closed"  # the client closed its connection before the body ended
+CLIENT_RESET = "client-reset"  # the client reset its HTTP/2 stream (RST_STREAM) before the body ended
+STOPPED = "stopped"  # the server was stopped mid-answer
+OUTCOMES = (ENDED, CUT, CLIENT_CLOSED, CLIENT_RESET, STOPPED)
+
+
 @dataclass(frozen=True, slots=True)
 class Exchange:
-    """One received request with the response written for it (``None`` until its headers went out)."""
+    """One received request with the response written for it (``None`` until its headers went out).
+
+    ``outcome`` says how it ended (one of `OUTCOMES`, ``None`` while in
+    progress); a client that leaves is normal traffic, never a server fault.
+    ``reset_code`` is the HTTP/2 error code of a client's RST_STREAM (8 is
+    CANCEL), else ``None``.
+    """
 
     request: ReceivedRequest
     response: SentResponse | None
+    outcome: str | None = None
+    reset_code: int | None = None
 
 
 class ExchangeRecord:
     """The mutable, lock-guarded record behind one `Exchange`, filled in by the handler thread."""
 
-    __slots__ = ("chunks", "complete", "headers", "lock", "request", "status")
+    __slots__ = ("chunks", "complete", "headers", "lock", "outcome", "request", "reset_code", "settled", "status")
 
     def __init__(self, request: ReceivedRequest) -> None:
         self.request = request
@@ -73,6 +94,9 @@ class ExchangeRecord:
         self.headers: tuple[tuple[str, str], ...] = ()
         self.chunks: list[bytes] = []
         self.complete = False
+        self.outcome: str | None = None
+        self.reset_code: int | None = None
+        self.settled = threading.Event()
 
     def start(self, status: int, headers: Iterable[tuple[str, str]]) -> None:
         with self.lock:
@@ -89,9 +113,16 @@ class ExchangeRecord:
         with self.lock:
             self.complete = True
 
+    def settle(self, outcome: str, reset_code: int | None = None) -> None:
+        """Say how the exchange ended; the first word stands."""
+        with self.lock:
+            if self.outcome is None:
+                self.outcome, self.reset_code = outcome, reset_code
+        self.settled.set()
+
     def snapshot(self) -> Exchange:
         with self.lock:
             if self.status is None:
-                return Exchange(self.request, None)
-            return Exchange(self.request, SentResponse(self.status, self.headers, tuple(self.chunks),
-                                                       self.complete))
+                return Exchange(self.request, None, self.outcome, self.reset_code)
+            response = SentResponse(self.status, self.headers, tuple(self.chunks), self.complete)
+            return Exchange(self.request, response, self.outcome, self.reset_code)

@@ -17,18 +17,22 @@ from flowproof.testing.base import (
 from flowproof.testing.detect import GEMINI
 from flowproof.testing.script import Reply
 
+#: Gemini's finishReason for each unified finish reason (it has no word for a tool call: STOP).
+FINISH_REASONS = {"stop": "STOP", "tool_calls": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY"}
+
 
 def render(reply: Reply, ctx: Context, stream: bool, alt_sse: bool) -> Rendered:
-    finish = "MAX_TOKENS" if reply.max_tokens else "STOP"
+    finish = FINISH_REASONS[reply.finish_reason]
+    ids = ctx.tool_call_ids(reply.calls, "", "", length=8)
     call_parts: list[dict[str, Any]] = []
-    for call in reply.calls:
+    for call, cid in zip(reply.calls, ids, strict=True):
         args = arguments_object(call)
         if args is None:
             return render_error(GEMINI, 500, f"fake model: tool call {call.name!r} has arguments that are not a "
                           "JSON object, and a Gemini functionCall needs an args object")
         function_call: dict[str, Any] = {"name": call.name, "args": args}
-        if call.call_id is not None:
-            function_call = {"id": call.call_id, **function_call}
+        if cid is not None:
+            function_call = {"id": cid, **function_call}
         call_parts.append({"functionCall": function_call})
     usage = {"promptTokenCount": ctx.input_tokens, "candidatesTokenCount": ctx.output_tokens,
              "totalTokenCount": ctx.input_tokens + ctx.output_tokens}
@@ -41,7 +45,7 @@ def render(reply: Reply, ctx: Context, stream: bool, alt_sse: bool) -> Rendered:
         return {"candidates": [candidate],
                 "usageMetadata": usage if last else {"promptTokenCount": ctx.input_tokens,
                                                      "totalTokenCount": ctx.input_tokens},
-                "modelVersion": ctx.model, "responseId": f"fake-response-{ctx.n}"}
+                "modelVersion": ctx.model, "responseId": ctx.ident(f"fake-response-{ctx.n}", "", "response", length=22)}
 
     text_parts = [{"text": reply.content}] if (reply.content or not reply.calls) else []
     if not stream:

@@ -9,7 +9,6 @@ from flowproof.testing.base import (
     FIXED_CREATED,
     Context,
     Rendered,
-    call_id,
     pretty,
     split_arguments,
     split_text,
@@ -19,11 +18,11 @@ from flowproof.testing.script import Reply
 
 
 def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
-    finish = "tool_calls" if reply.calls else ("length" if reply.max_tokens else "stop")
+    finish = reply.finish_reason  # the unified words are chat completions' own
     usage = {"prompt_tokens": ctx.input_tokens, "completion_tokens": ctx.output_tokens,
              "total_tokens": ctx.input_tokens + ctx.output_tokens}
-    ids = [call_id(c, "call_fake_", k) for c, k in zip(reply.calls, ctx.call_ids, strict=True)]
-    base = {"id": f"chatcmpl-fake-{ctx.n}", "object": "chat.completion", "created": FIXED_CREATED,
+    ids = ctx.tool_call_ids(reply.calls, "call_fake_", "call_")
+    base = {"id": ctx.ident(f"chatcmpl-fake-{ctx.n}", "chatcmpl-", "completion", length=29), "object": "chat.completion", "created": FIXED_CREATED,
             "model": ctx.model}
     if not stream:
         message: dict[str, Any] = {"role": "assistant",

@@ -8,7 +8,6 @@ from flowproof.testing.base import (
     FIXED_CREATED,
     Context,
     Rendered,
-    call_id,
     pretty,
     split_arguments,
     split_text,
@@ -16,28 +15,34 @@ from flowproof.testing.base import (
 )
 from flowproof.testing.script import Reply
 
+#: The incomplete_details reason of the unified finish reasons that end a response incomplete;
+#: stop and tool_calls both end it "completed" (Responses has no finish word of its own).
+INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
 
 def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
-    msg_id = f"msg_fake_{ctx.n}"
+    msg_id = ctx.ident(f"msg_fake_{ctx.n}", "msg_", "message", length=48)
+    call_ids = ctx.tool_call_ids(reply.calls, "call_fake_", "call_")
     items: list[dict[str, Any]] = []
     if reply.content or not reply.calls:
         items.append({"id": msg_id, "type": "message", "status": "completed", "role": "assistant",
                       "content": [{"type": "output_text", "text": reply.content, "annotations": [],
                                    "logprobs": []}]})
-    for call, k in zip(reply.calls, ctx.call_ids, strict=True):
-        items.append({"id": f"fc_fake_{k}", "type": "function_call", "status": "completed",
-                      "arguments": call.arguments, "call_id": call_id(call, "call_fake_", k),
+    for i, (call, k) in enumerate(zip(reply.calls, ctx.call_ids, strict=True)):
+        items.append({"id": ctx.ident(f"fc_fake_{k}", "fc_", "item", i, length=48), "type": "function_call",
+                      "status": "completed", "arguments": call.arguments, "call_id": call_ids[i],
                       "name": call.name})
-    status = "incomplete" if reply.max_tokens else "completed"
+    finish = reply.finish_reason
+    status = "incomplete" if finish in INCOMPLETE_REASONS else "completed"
     tools = ctx.body.get("tools")
     instructions = ctx.body.get("instructions")
 
     def response(state: str, output: list[dict[str, Any]], done: bool) -> dict[str, Any]:
         return {
-            "id": f"resp_fake_{ctx.n}", "object": "response", "created_at": FIXED_CREATED,
+            "id": ctx.ident(f"resp_fake_{ctx.n}", "resp_", "response", length=48), "object": "response", "created_at": FIXED_CREATED,
             "status": state, "background": False, "completed_at": FIXED_CREATED if state == "completed" else None,
             "error": None,
-            "incomplete_details": {"reason": "max_output_tokens"} if state == "incomplete" else None,
+            "incomplete_details": {"reason": INCOMPLETE_REASONS[finish]} if state == "incomplete" else None,
             "instructions": instructions if isinstance(instructions, (str, list)) else None,
             "max_output_tokens": ctx.body.get("max_output_tokens"), "model": ctx.model,
             "output": output, "parallel_tool_calls": True, "previous_response_id": None,

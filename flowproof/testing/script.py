@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, Unpack
 
 from flowproof.errors import FlowproofError
+
+#: The unified finish reasons a reply can end with; each renderer says them in its API's words.
+FINISH_REASONS = ("stop", "tool_calls", "length", "content_filter")
 
 
 class ScriptError(FlowproofError, ValueError):
@@ -63,9 +66,12 @@ class ReplyOptions(TypedDict):
     """Options every `Reply` factory accepts (all optional)."""
 
     cut_after: NotRequired[int | None]
+    first_byte_delay: NotRequired[float]
     first_chunk_delay: NotRequired[float]
     chunk_delay: NotRequired[float]
+    end_delay: NotRequired[float | None]
     max_tokens: NotRequired[bool]
+    finish: NotRequired[str | None]
     model: NotRequired[str | None]
 
 
@@ -82,13 +88,20 @@ class Reply:
 
     - ``cut_after``: a stream is cut after this many events (the connection is
       closed without finishing the body); a non-streamed body after this many bytes.
+    - ``first_byte_delay``: seconds before anything of the answer is sent, the
+      status line included (a slow model: a client may leave before any byte).
     - ``first_chunk_delay``: seconds before the first event of a stream (headers
       go out at once), or before a non-streamed response.
     - ``chunk_delay``: seconds between stream events.
+    - ``end_delay``: seconds between a stream's last event and the end of its
+      body (the server's own ``end_delay`` when ``None``), so a client that
+      stops reading at the terminal event leaves before the body ends.
 
     ``max_tokens`` ends the turn as if the token limit was hit (``length``,
-    ``max_tokens``, ``MAX_TOKENS``, or an incomplete response). ``model``
-    overrides the model echoed from the request.
+    ``max_tokens``, ``MAX_TOKENS``, or an incomplete response). ``finish``
+    names the finish reason in a unified word (see `FINISH_REASONS`), rendered
+    in each API's own vocabulary. ``model`` overrides the model echoed from the
+    request.
     """
 
     content: str = ""
@@ -101,6 +114,9 @@ class Reply:
     chunk_delay: float = 0.0
     max_tokens: bool = False
     model: str | None = None
+    first_byte_delay: float = 0.0
+    end_delay: float | None = None
+    finish: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.content, str):
@@ -113,8 +129,15 @@ class Reply:
             raise ScriptError("reply", "message and retry_after belong to error replies")
         if self.cut_after is not None and self.cut_after < 0:
             raise ScriptError("reply", f"cut_after must be >= 0, got {self.cut_after}")
-        if self.first_chunk_delay < 0 or self.chunk_delay < 0:
+        if min(self.first_chunk_delay, self.chunk_delay, self.first_byte_delay,
+               0.0 if self.end_delay is None else self.end_delay) < 0:
             raise ScriptError("reply", "delays must be >= 0 seconds")
+        if self.finish is not None and self.finish not in FINISH_REASONS:
+            raise ScriptError("reply", f"finish must be one of {list(FINISH_REASONS)}, got {self.finish!r}")
+        if self.max_tokens and self.finish not in (None, "length"):
+            raise ScriptError("reply", f"max_tokens ends the turn with finish 'length', not {self.finish!r}")
+        if self.is_error and (self.finish is not None or self.max_tokens):
+            raise ScriptError("reply", "an error reply has no finish reason")
         if self.retry_after is not None and self.retry_after < 0:
             raise ScriptError("reply", "retry_after must be >= 0 seconds")
 
@@ -122,6 +145,57 @@ class Reply:
     def is_error(self) -> bool:
         """True for an error answer (HTTP status >= 400)."""
         return self.status >= 400
+
+    @property
+    def finish_reason(self) -> str:
+        """The unified finish reason this reply ends with: the scripted one, else from its content."""
+        if self.finish is not None:
+            return self.finish
+        return "tool_calls" if self.calls else ("length" if self.max_tokens else "stop")
+
+    # Knobs for compare tests: the same reply with one thing a live model could change.
+
+    def with_argument(self, key: str, value: Any, *, call: int = 0) -> Reply:
+        """This reply with argument ``key`` of tool call number ``call`` set to ``value``.
+
+        ``key`` is a dot path into the arguments object (``"trip.city"``); the
+        call's other arguments, their order, its name and id are kept.
+        """
+        if not 0 <= call < len(self.calls):
+            raise ScriptError("with_argument", f"the reply has {len(self.calls)} tool call(s), no call {call}")
+        target = self.calls[call]
+        try:
+            arguments = json.loads(target.arguments)
+        except ValueError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            raise ScriptError("with_argument", f"tool call {target.name!r} has no JSON object arguments")
+        *parents, last = key.split(".")
+        node = arguments
+        for part in parents:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                raise ScriptError("with_argument", f"{key!r}: {part!r} is not an object in {target.name!r}")
+            node = child
+        node[last] = value
+        changed = ScriptedCall.make(target.name, arguments, target.call_id)
+        return replace(self, calls=(*self.calls[:call], changed, *self.calls[call + 1 :]))
+
+    def with_finish(self, finish: str) -> Reply:
+        """This reply ending with another unified finish reason (see `FINISH_REASONS`)."""
+        return replace(self, finish=finish, max_tokens=self.max_tokens and finish == "length")
+
+    def reworded(self, text: str | None = None) -> Reply:
+        """This reply with other words: ``text``, or the scripted text said differently.
+
+        Unlike live-like prose changes (case, whitespace), the words differ, so a
+        compare classifies the text as different.
+        """
+        if text is None:
+            text = f"In other words: {self.content}" if self.content else "In other words."
+        if text.split() == self.content.split():
+            raise ScriptError("reworded", "the new text has the same words as the old one")
+        return replace(self, content=text)
 
     @classmethod
     def text(cls, text: str, **options: Unpack[ReplyOptions]) -> Reply:
@@ -185,8 +259,10 @@ class Reply:
         if unknown:
             raise ScriptError(where, f"unknown keys {sorted(unknown)}; allowed: {sorted(_REPLY_KEYS)}")
         options: dict[str, Any] = {}
-        for key, kind in (("cut_after", int), ("first_chunk_delay", (int, float)),
-                          ("chunk_delay", (int, float)), ("max_tokens", bool), ("model", str)):
+        for key, kind in (("cut_after", int), ("first_byte_delay", (int, float)),
+                          ("first_chunk_delay", (int, float)), ("chunk_delay", (int, float)),
+                          ("end_delay", (int, float)), ("max_tokens", bool), ("finish", str),
+                          ("model", str)):
             if key in data and data[key] is not None:
                 value = data[key]
                 if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -232,7 +308,8 @@ class Reply:
 
 
 _REPLY_KEYS = frozenset(
-    {"text", "tool_calls", "error", "cut_after", "first_chunk_delay", "chunk_delay", "max_tokens", "model"}
+    {"text", "tool_calls", "error", "cut_after", "first_byte_delay", "first_chunk_delay", "chunk_delay",
+     "end_delay", "max_tokens", "finish", "model"}
 )
 
 

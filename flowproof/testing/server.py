@@ -1,23 +1,39 @@
-"""The threaded fake model server: routes requests, serves the script, writes the bytes."""
+"""The threaded fake model server: routes requests, serves the script, writes the bytes.
+
+One port speaks plain HTTP/1.1, HTTP/2 with prior knowledge (h2c) and, with
+``tls=True``, TLS where ALPN picks ``h2`` or ``http/1.1``: the first bytes of a
+connection say which (a TLS record, the HTTP/2 preface, or a request line).
+"""
 
 from __future__ import annotations
 
 import gzip
 import json
+import select
 import socket
+import ssl
 import sys
+import tempfile
 import threading
+import time
+import traceback
 import zlib
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Self, TextIO
 from urllib.parse import parse_qsl, urlsplit
 
 from flowproof.testing import anthropic, gemini, openai_chat, openai_responses
 from flowproof.testing.base import DEFAULT_MODEL, Context, Rendered, render_error
-from flowproof.testing.capture import Exchange, ExchangeRecord, ReceivedRequest
+from flowproof.testing.capture import (
+    CLIENT_CLOSED,
+    STOPPED,
+    Exchange,
+    ExchangeRecord,
+    ReceivedRequest,
+)
 from flowproof.testing.detect import (
     GEMINI,
     GEMINI_PATH,
@@ -26,34 +42,44 @@ from flowproof.testing.detect import (
     detect_api,
     system_prompt,
 )
+from flowproof.testing.http2 import H2Session
+from flowproof.testing.livelike import LiveLike
 from flowproof.testing.script import Reply, Script, ScriptError, load_script
+from flowproof.testing.tls import server_context, write_certificate
+from flowproof.testing.transport import Gone, Transport, write_answer
+
+SERVER_NAME = "flowproof-fake-model"
+# An idle connection is dropped after this long, so a left-open client cannot pin a thread.
+IDLE_TIMEOUT = 30.0
+# How often a paused answer looks at the client and at stop(): a client that leaves is seen this fast.
+_POLL = 0.02
+
+
+def _decode_body(data: bytes, encoding: str) -> bytes:
+    encoding = encoding.lower()
+    if encoding == "gzip":
+        return gzip.decompress(data)
+    if encoding == "deflate":
+        return zlib.decompress(data)
+    return data
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """Routes one HTTP request to the fake model; stays stateless (state lives on the server)."""
+    """One HTTP/1.1 connection; each request is answered through this object as its `Transport`."""
 
     protocol_version = "HTTP/1.1"
-    # An idle keep-alive connection is dropped after this long, so a left-open client cannot pin a thread.
-    timeout = 30
+    timeout = IDLE_TIMEOUT
     server: _HTTPServer
-    # The headers of the response being written, and the exchange it is recorded in.
-    _sent_headers: list[tuple[str, str]]
-    _exchange: ExchangeRecord | None = None
-    server_version = "flowproof-fake-model"
+    server_version = SERVER_NAME
     sys_version = ""
+    # Whether the body of the response being written is chunked.
+    _chunked = False
 
     def send_response(self, code: int, message: str | None = None) -> None:
         """Status line and Server header only: no Date header, so answers are byte-reproducible."""
-        self._sent_headers = []
         self.log_request(code)
         self.send_response_only(code, message)
         self.send_header("server", self.server_version)
-
-    def send_header(self, keyword: str, value: str) -> None:
-        """Send a header and remember it for the request's `Exchange`."""
-        if hasattr(self, "_sent_headers"):
-            self._sent_headers.append((keyword, value))
-        super().send_header(keyword, value)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the default per-request stderr line; the CLI logs its own."""
@@ -84,51 +110,47 @@ class _Handler(BaseHTTPRequestHandler):
             data = bytes(body)
         else:
             data = self.rfile.read(int(self.headers.get("content-length") or 0))
-        encoding = self.headers.get("content-encoding", "").lower()
-        if encoding == "gzip":
-            data = gzip.decompress(data)
-        elif encoding == "deflate":
-            data = zlib.decompress(data)
-        return data
+        return _decode_body(data, self.headers.get("content-encoding", ""))
 
     def _handle(self) -> None:
-        fake = self.server.fake
-        split = urlsplit(self.path)
-        path = split.path
         try:
-            body = self._read_body()
+            body: bytes | None = self._read_body()
         except (ValueError, OSError, EOFError, zlib.error):
-            self._write(render_error(None, 400, "fake model: could not read the request body"), None)
-            return
-        try:
-            parsed: Any = json.loads(body) if body else None
-        except ValueError:
-            parsed = None
-        api = detect_api(self.command, path)
-        request = ReceivedRequest(
-            method=self.command, path=path, query=dict(parse_qsl(split.query, keep_blank_values=True)),
-            headers={k.lower(): v for k, v in self.headers.items()}, body=body, json=parsed, api=api,
+            body = None
+        self.server.fake._respond(
+            self, self.command, self.path, list(self.headers.items()), body,
+            http_version=self.request_version, tls=isinstance(self.connection, ssl.SSLSocket),
         )
-        fake._record(request)
-        self._exchange = fake._open_exchange(request)
-        if self.command == "GET" and path == "/health":
-            self._write(Rendered(200, "application/json", body=b'{"status":"ok"}'), None)
-            return
-        if api is None:
-            self._write(render_error(None, 404, f"fake model: nothing answers {self.command} {path}"), None)
-            return
-        if not isinstance(parsed, Mapping):
-            self._write(render_error(api, 400, "fake model: the request body is not a JSON object"), None)
-            return
-        rendered, reply = fake._answer(api, path, dict(parse_qsl(split.query)), body, parsed)
-        fake._log(f"{self.command} {self.path} -> {rendered.status}")
-        self._write(rendered, reply)
 
-    def _sleep(self, seconds: float) -> bool:
-        """Wait, unless the server is stopping; False means stop writing."""
-        return seconds <= 0 or not self.server.fake._stopping.wait(seconds)
+    # Transport -------------------------------------------------------------
 
-    def _abort(self) -> None:
+    def headers_sent(self, headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        return [("server", self.server_version), *headers]
+
+    def begin(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
+        self._chunked = ("transfer-encoding", "chunked") in headers
+        try:
+            self.send_response(status)
+            for name, value in headers:
+                self.send_header(name, value)
+            self.end_headers()
+        except OSError:
+            raise Gone(CLIENT_CLOSED) from None
+
+    def send(self, payload: bytes) -> None:
+        try:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload) if self._chunked else payload)
+        except OSError:
+            raise Gone(CLIENT_CLOSED) from None
+
+    def end(self) -> None:
+        if self._chunked:
+            try:
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                raise Gone(CLIENT_CLOSED) from None
+
+    def abort(self) -> None:
         # Close without the terminating chunk / the rest of the body: the client sees a cut stream.
         self.close_connection = True
         try:
@@ -136,58 +158,47 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def _write(self, rendered: Rendered, reply: Reply | None) -> None:
-        cut = reply.cut_after if reply else None
-        first_delay = reply.first_chunk_delay if reply else 0.0
-        # Set by _handle once the request is recorded (an unreadable body has no record).
-        record, self._exchange = self._exchange, None
+    def wait(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        stopping = self.server.fake._stopping
+        deadline = time.monotonic() + seconds
+        watch = True
+        while (remaining := deadline - time.monotonic()) > 0:
+            if stopping.is_set():
+                raise Gone(STOPPED)
+            if not watch:
+                stopping.wait(min(remaining, _POLL))
+                continue
+            readable, _, _ = select.select([self.connection], [], [], min(remaining, _POLL))
+            if readable:
+                if self._client_left():
+                    raise Gone(CLIENT_CLOSED)
+                watch = False  # the client sent more (pipelining): just sleep out the pause
+
+    def _client_left(self) -> bool:
+        """Whether a readable connection is at its end (the client closed or reset it)."""
+        conn = self.connection
         try:
-            if rendered.events is None:
-                if not self._sleep(first_delay):
-                    return self._abort()
-                self.send_response(rendered.status)
-                self.send_header("content-type", rendered.content_type)
-                self.send_header("content-length", str(len(rendered.body)))
-                for name, value in rendered.headers:
-                    self.send_header(name, value)
-                if record is not None:
-                    record.start(rendered.status, self._sent_headers)
-                self.end_headers()
-                if cut is not None:
-                    if record is not None:
-                        record.add(rendered.body[:cut], last=cut >= len(rendered.body))
-                    self.wfile.write(rendered.body[:cut])
-                    return self._abort()
-                if record is not None:
-                    record.add(rendered.body, last=True)
-                self.wfile.write(rendered.body)
-                return None
-            self.send_response(rendered.status)
-            self.send_header("content-type", rendered.content_type)
-            self.send_header("cache-control", "no-cache")
-            self.send_header("transfer-encoding", "chunked")
-            if record is not None:
-                record.start(rendered.status, self._sent_headers)
-                if not rendered.events:
-                    record.finish()
-            self.end_headers()
-            for i, event in enumerate(rendered.events):
-                if cut is not None and i >= cut:
-                    return self._abort()
-                if not self._sleep(first_delay if i == 0 else (reply.chunk_delay if reply else 0.0)):
-                    return self._abort()
-                if record is not None:
-                    record.add(event, last=i == len(rendered.events) - 1)
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
-            self.wfile.write(b"0\r\n\r\n")
-        except (BrokenPipeError, ConnectionResetError):
-            # The client went away mid-answer (it timed out or gave up): nothing left to do.
-            self.close_connection = True
-        return None
+            if isinstance(conn, ssl.SSLSocket):
+                # TLS cannot peek: read; any application data makes this connection unusable after the answer.
+                conn.setblocking(False)
+                try:
+                    data = conn.recv(1)
+                finally:
+                    conn.setblocking(True)
+                    conn.settimeout(self.timeout)
+                self.close_connection = True
+                return data == b""
+            return bool(conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"")
+        except (ssl.SSLWantReadError, BlockingIOError):
+            return False
+        except OSError:
+            return True
 
 
 class _HTTPServer(ThreadingHTTPServer):
-    """A threading server that remembers its open connections so stop() can close them."""
+    """A threading server that tells the protocols apart and remembers connections so stop() can close them."""
 
     daemon_threads = True
     block_on_close = False
@@ -199,23 +210,81 @@ class _HTTPServer(ThreadingHTTPServer):
         self.connections_lock = threading.Lock()
         super().__init__(address, _Handler)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def track(self, conn: socket.socket, *, add: bool) -> None:
         with self.connections_lock:
-            self.open_connections.add(request)
+            if add:
+                self.open_connections.add(conn)
+            else:
+                self.open_connections.discard(conn)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        self.track(request, add=True)
+        with self.connections_lock:
             self.handler_threads.add(threading.current_thread())
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self.track(request, add=False)
             with self.connections_lock:
-                self.open_connections.discard(request)
                 self.handler_threads.discard(threading.current_thread())
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        conn: socket.socket = request
+        conn.settimeout(IDLE_TIMEOUT)
+        first = _peek(conn, 4)
+        if not first:
+            return
+        if first[:1] == b"\x16":  # a TLS handshake record
+            context = self.fake._tls_context
+            if context is None:
+                return  # a plain server: drop it, as a plain port would fail the handshake
+            try:
+                conn = context.wrap_socket(conn, server_side=True)
+            except (ssl.SSLError, OSError):
+                return  # a client that gave up on the handshake (or does not trust the certificate)
+            self.track(conn, add=True)
+            try:
+                if conn.selected_alpn_protocol() == "h2":
+                    H2Session(conn, self.fake._respond, self.fake._stopping, tls=True, decode=_decode_body).run()
+                    return
+                _Handler(conn, client_address, self)
+                return
+            finally:
+                self.track(conn, add=False)
+                _close(conn)
+        if first == b"PRI " and self.fake._http2:  # the HTTP/2 connection preface: h2c with prior knowledge
+            H2Session(conn, self.fake._respond, self.fake._stopping, tls=False, decode=_decode_body).run()
+            return
+        _Handler(conn, client_address, self)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client hanging up (reset, closed pipe) is normal traffic, not a server fault:
         # socketserver would print a traceback for it.
-        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionResetError, BrokenPipeError, TimeoutError)):
             return
+        self.fake._fault(traceback.format_exc())
         super().handle_error(request, client_address)
+
+
+def _peek(conn: socket.socket, size: int) -> bytes:
+    """The first ``size`` bytes the client sent, left unread (fewer when it sends fewer and pauses)."""
+    try:
+        data = conn.recv(size, socket.MSG_PEEK)
+        deadline = time.monotonic() + 1.0
+        while data and len(data) < size and time.monotonic() < deadline:
+            time.sleep(0.005)
+            data = conn.recv(size, socket.MSG_PEEK)
+        return data
+    except OSError:
+        return b""
+
+
+def _close(conn: socket.socket) -> None:
+    try:
+        conn.close()
+    except OSError:
+        pass
 
 
 class FakeModelServer:
@@ -226,6 +295,17 @@ class FakeModelServer:
     in order, one per model call, from ``script`` (or from a lane, see `Script`).
     When the script runs out, the server answers ``exhausted_status`` (500) with
     "fake model: script exhausted after N calls" so the test fails loudly.
+
+    Live-like behaviour, all off by default so recorded bytes stay the same:
+
+    - ``end_delay``: seconds between a stream's last event and the end of its
+      body (a `Reply` may set its own).
+    - ``live``: a `LiveLike` (or a seed) — fresh ids, reordered argument keys,
+      other case and whitespace in prose, on every answer.
+    - ``tls``: serve TLS too, with a self-signed certificate (`cert_file`)
+      covering localhost, 127.0.0.1 and ``tls_hostnames``; ALPN offers ``h2``
+      when ``http2``. HTTP/2 with prior knowledge (h2c) is accepted on the
+      plain port whenever ``http2`` is on.
     """
 
     def __init__(
@@ -237,19 +317,37 @@ class FakeModelServer:
         lanes: Mapping[str, Sequence[Reply]] | None = None,
         exhausted_status: int = 500,
         log: TextIO | None = None,
+        end_delay: float = 0.0,
+        live: LiveLike | int | None = None,
+        tls: bool = False,
+        tls_hostnames: Iterable[str] = (),
+        http2: bool = True,
     ) -> None:
         if isinstance(script, Script):
             lanes = {**script.lanes, **(lanes or {})}
             script = script.replies
+        if end_delay < 0:
+            raise ScriptError("server", f"end_delay must be >= 0 seconds, got {end_delay}")
         self._host = host
         self._requested_port = port
         self._exhausted_status = exhausted_status
         self._log_stream = log
+        self._end_delay = end_delay
+        if isinstance(live, bool) or not isinstance(live, (LiveLike, int, type(None))):
+            raise ScriptError("server", f"live must be a LiveLike or an int seed, got {live!r}")
+        self._live: LiveLike | None = LiveLike(seed=live) if isinstance(live, int) else live
+        self._tls = tls
+        self._tls_hostnames = tuple(tls_hostnames)
+        self._http2 = http2
+        self._tls_context: ssl.SSLContext | None = None
+        self._cert_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._cert_file: Path | None = None
         self._lock = threading.Lock()
         self._queue: deque[Reply] = deque(self._check(script))
         self._lanes: dict[str, deque[Reply]] = {k: deque(self._check(v)) for k, v in (lanes or {}).items()}
         self._requests: list[ReceivedRequest] = []
         self._exchanges: list[ExchangeRecord] = []
+        self._faults: list[str] = []
         self._served = 0
         self._tool_counter = 0
         self._stopping = threading.Event()
@@ -271,11 +369,16 @@ class FakeModelServer:
 
     # lifecycle ------------------------------------------------------------
 
-    def start(self) -> FakeModelServer:
+    def start(self) -> Self:
         """Bind and serve in a daemon thread; returns self. Idempotent while running."""
         if self._httpd is not None:
             return self
         self._stopping.clear()
+        if self._tls and self._tls_context is None:
+            self._cert_dir = tempfile.TemporaryDirectory(prefix="flowproof-fake-tls-")
+            cert_file, key_file = write_certificate(Path(self._cert_dir.name), self._tls_hostnames)
+            self._cert_file = cert_file
+            self._tls_context = server_context(cert_file, key_file, http2=self._http2)
         self._httpd = _HTTPServer((self._host, self._requested_port), self)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
@@ -307,7 +410,7 @@ class FakeModelServer:
         self._httpd = None
         self._thread = None
 
-    def __enter__(self) -> FakeModelServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -324,8 +427,15 @@ class FakeModelServer:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:PORT``, with no trailing slash (append ``/v1`` for OpenAI clients)."""
-        return f"http://{self._host}:{self.port}"
+        """``http://127.0.0.1:PORT`` (``https://`` with ``tls=True``), no trailing slash (append ``/v1`` for OpenAI)."""
+        return f"{'https' if self._tls else 'http'}://{self._host}:{self.port}"
+
+    @property
+    def cert_file(self) -> Path:
+        """The PEM certificate a client must trust to reach a ``tls=True`` server (it is its own CA)."""
+        if self._cert_file is None:
+            raise RuntimeError("the fake model server has no certificate: start it with tls=True")
+        return self._cert_file
 
     @property
     def requests(self) -> list[ReceivedRequest]:
@@ -353,6 +463,27 @@ class FakeModelServer:
     def model_exchanges(self) -> list[Exchange]:
         """The exchanges whose request was a model call (``request.api`` is set)."""
         return [e for e in self.exchanges if e.request.api is not None]
+
+    def wait_settled(self, timeout: float = 10.0) -> list[Exchange]:
+        """The exchanges once every one has an ``outcome`` (the server finished or the client left).
+
+        A client returns as soon as it has what it wants; the server notices a
+        moment later. Raises ``TimeoutError`` naming the requests still open.
+        """
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            records = list(self._exchanges)
+        for record in records:
+            if not record.settled.wait(max(0.0, deadline - time.monotonic())):
+                open_ = [f"{r.request.method} {r.request.path}" for r in records if not r.settled.is_set()]
+                raise TimeoutError(f"fake model: exchanges still open after {timeout}s: {open_}")
+        return self.exchanges
+
+    @property
+    def faults(self) -> list[str]:
+        """Tracebacks of errors inside the server itself; a client that leaves is never one."""
+        with self._lock:
+            return list(self._faults)
 
     @property
     def calls_served(self) -> int:
@@ -386,21 +517,65 @@ class FakeModelServer:
             else:
                 self._lanes.setdefault(lane, deque()).extend(replies)
 
-    # internals used by the handler ----------------------------------------------
+    # internals used by the connections -------------------------------------------
 
-    def _record(self, request: ReceivedRequest) -> None:
+    def _fault(self, text: str) -> None:
         with self._lock:
-            self._requests.append(request)
-
-    def _open_exchange(self, request: ReceivedRequest) -> ExchangeRecord:
-        record = ExchangeRecord(request)
-        with self._lock:
-            self._exchanges.append(record)
-        return record
+            self._faults.append(text)
 
     def _log(self, line: str) -> None:
         if self._log_stream is not None:
             print(line, file=self._log_stream, flush=True)
+
+    def _respond(self, transport: Transport, method: str, target: str, headers: Sequence[tuple[str, str]],
+                 body: bytes | None, *, http_version: str, tls: bool) -> None:
+        """Record one request and write its answer through ``transport`` (any HTTP version).
+
+        ``body`` is ``None`` when it could not be read or decoded.
+        """
+        try:
+            self._respond_unguarded(transport, method, target, headers, body, http_version=http_version, tls=tls)
+        except Exception:
+            self._fault(traceback.format_exc())
+            raise
+
+    def _respond_unguarded(self, transport: Transport, method: str, target: str,
+                           headers: Sequence[tuple[str, str]], body: bytes | None, *,
+                           http_version: str, tls: bool) -> None:
+        if body is None:
+            write_answer(transport, render_error(None, 400, "fake model: could not read the request body"),
+                         None, None)
+            return
+        split = urlsplit(target)
+        path = split.path
+        try:
+            parsed: Any = json.loads(body) if body else None
+        except ValueError:
+            parsed = None
+        api = detect_api(method, path)
+        request = ReceivedRequest(
+            method=method, path=path, query=dict(parse_qsl(split.query, keep_blank_values=True)),
+            headers={k.lower(): v for k, v in headers}, body=body, json=parsed, api=api,
+            http_version=http_version, tls=tls,
+        )
+        record = ExchangeRecord(request)
+        with self._lock:
+            self._requests.append(request)
+            self._exchanges.append(record)
+        if method == "GET" and path == "/health":
+            write_answer(transport, Rendered(200, "application/json", body=b'{"status":"ok"}'), None, record)
+            return
+        if api is None:
+            write_answer(transport, render_error(None, 404, f"fake model: nothing answers {method} {path}"),
+                         None, record)
+            return
+        if not isinstance(parsed, Mapping):
+            write_answer(transport, render_error(api, 400, "fake model: the request body is not a JSON object"),
+                         None, record)
+            return
+        rendered, reply = self._answer(api, path, dict(parse_qsl(split.query)), body, parsed)
+        self._log(f"{method} {target} -> {rendered.status}")
+        write_answer(transport, rendered, reply, record, end_delay=self._end_delay)
 
     def _answer(self, api: str, path: str, query: Mapping[str, str], raw: bytes,
                 body: Mapping[str, Any]) -> tuple[Rendered, Reply | None]:
@@ -419,11 +594,14 @@ class FakeModelServer:
             self._tool_counter += len(reply.calls)
         if reply.is_error:
             return render_error(api, reply.status, reply.message, reply.retry_after), reply
+        if self._live is not None:
+            reply = self._live.apply(reply, n)
         route = GEMINI_PATH.search(path)
         model = reply.model or (route.group("model") if route else None) or body.get("model")
         out_size = len(reply.content) + sum(len(c.name) + len(c.arguments) for c in reply.calls)
         ctx = Context(n=n, call_ids=call_ids, model=model if isinstance(model, str) else DEFAULT_MODEL,
-                       body=body, input_tokens=max(1, len(raw) // 4), output_tokens=max(1, out_size // 4))
+                      body=body, input_tokens=max(1, len(raw) // 4), output_tokens=max(1, out_size // 4),
+                      live=self._live)
         if api == GEMINI:
             assert route is not None
             streaming = route.group("method") == "streamGenerateContent"
@@ -434,4 +612,3 @@ class FakeModelServer:
         if api == OPENAI_RESPONSES:
             return openai_responses.render(reply, ctx, stream), reply
         return anthropic.render(reply, ctx, stream), reply
-
