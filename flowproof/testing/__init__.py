@@ -24,14 +24,25 @@ time to first chunk.
 
 Modules: `script` (the reply DSL and script files), `capture` (what was
 received and sent), `detect` (which API a request is), `base` and one renderer
-per API, `server` (the threaded server), `cli` (``python -m flowproof.testing``).
-See ``docs/testing.md``.
+per API, `livelike` (answers that differ like a live model's), `transport`
+(when each byte goes out), `server` (the threaded HTTP/1.1 server), `http2`
+and `tls` (HTTP/2, by ALPN or prior knowledge), `clients` (rude clients that
+leave a call early), `cli` (``python -m flowproof.testing``). See
+``docs/testing.md``.
 """
 
 from flowproof.testing.base import split_arguments, split_text
-from flowproof.testing.capture import Exchange, ReceivedRequest, SentResponse
+from flowproof.testing.capture import OUTCOMES, Exchange, ReceivedRequest, SentResponse
 from flowproof.testing.cli import main
+from flowproof.testing.clients import (
+    RudeResult,
+    abandon,
+    close_after_terminal,
+    reset_after_terminal,
+)
+from flowproof.testing.livelike import LiveLike
 from flowproof.testing.script import (
+    FINISH_REASONS,
     Reply,
     ReplyOptions,
     Script,
@@ -43,17 +54,24 @@ from flowproof.testing.script import (
 from flowproof.testing.server import FakeModelServer
 
 __all__ = [
+    "FINISH_REASONS",
+    "OUTCOMES",
     "Exchange",
     "FakeModelServer",
+    "LiveLike",
     "ReceivedRequest",
     "Reply",
     "ReplyOptions",
+    "RudeResult",
     "Script",
     "ScriptError",
     "ScriptedCall",
     "SentResponse",
+    "abandon",
+    "close_after_terminal",
     "load_script",
     "main",
+    "reset_after_terminal",
     "script_from_data",
     "split_arguments",
     "split_text",

@@ -74,7 +74,7 @@ class H2Session:
 
     def run(self) -> None:
         """Read frames and dispatch requests until the connection ends; then wait for the answers."""
-        self.sock.settimeout(5.0)  # only read when select says there is data; writes may block this long
+        self.sock.settimeout(5.0)  # reads happen when select says there is data; writes may block this long
         with self.lock:
             self.conn.initiate_connection()
             self._flush()
@@ -94,12 +94,9 @@ class H2Session:
                         continue
                 last_activity = time.monotonic()
                 with self.lock:
-                    try:
-                        data = self.sock.recv(65536)
-                    except (ssl.SSLWantReadError, BlockingIOError, TimeoutError):
+                    data = self._read_available()
+                    if data is None:
                         continue
-                    except OSError:
-                        data = b""
                     if not data:
                         return
                     try:
@@ -118,6 +115,32 @@ class H2Session:
             self._all_gone(STOPPED if self.stopping.is_set() else CLIENT_CLOSED)
             for worker in self.workers:
                 worker.join(timeout=5)
+
+    def _read_available(self) -> bytes | None:
+        """Everything readable now (lock held): ``b""`` at the end of the connection, ``None`` for nothing yet.
+
+        TLS hands out one record per read, and records already taken off the
+        socket no longer wake select(): read until the socket has no more.
+        """
+        data = bytearray()
+        self.sock.setblocking(False)
+        try:
+            while True:
+                try:
+                    piece = self.sock.recv(65536)
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                    break
+                except OSError:
+                    return bytes(data) or b""
+                if not piece:
+                    return bytes(data)  # the end follows what was read; the next read sees it again
+                data += piece
+        finally:
+            try:
+                self.sock.settimeout(5.0)
+            except OSError:
+                pass
+        return bytes(data) if data else None
 
     def _on_event(self, event: h2.events.Event) -> bool:
         """Handle one frame event (lock held); True when the connection is over."""

@@ -135,20 +135,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
             self.end_headers()
         except OSError:
-            raise Gone(CLIENT_CLOSED) from None
+            raise self._gone() from None
 
     def send(self, payload: bytes) -> None:
         try:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload) if self._chunked else payload)
         except OSError:
-            raise Gone(CLIENT_CLOSED) from None
+            raise self._gone() from None
 
     def end(self) -> None:
         if self._chunked:
             try:
                 self.wfile.write(b"0\r\n\r\n")
             except OSError:
-                raise Gone(CLIENT_CLOSED) from None
+                raise self._gone() from None
 
     def abort(self) -> None:
         # Close without the terminating chunk / the rest of the body: the client sees a cut stream.
@@ -173,8 +173,12 @@ class _Handler(BaseHTTPRequestHandler):
             readable, _, _ = select.select([self.connection], [], [], min(remaining, _POLL))
             if readable:
                 if self._client_left():
-                    raise Gone(CLIENT_CLOSED)
+                    raise self._gone()
                 watch = False  # the client sent more (pipelining): just sleep out the pause
+
+    def _gone(self) -> Gone:
+        # stop() shuts the connections down after setting the flag: that close is the server's, not the client's.
+        return Gone(STOPPED if self.server.fake._stopping.is_set() else CLIENT_CLOSED)
 
     def _client_left(self) -> bool:
         """Whether a readable connection is at its end (the client closed or reset it)."""

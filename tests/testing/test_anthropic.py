@@ -50,3 +50,15 @@ class TestAnthropic:
             status, _, raw = raw_post(server, "/v1/messages", {"model": "m", "messages": []})
         assert status == 529
         assert json.loads(raw) == {"type": "error", "error": {"type": "overloaded_error", "message": "overloaded"}}
+
+
+class TestFinish:
+    def test_finish_is_said_in_anthropic_words(self) -> None:
+        """Each unified finish reason becomes Anthropic's stop_reason."""
+        script = [Reply.text("x", finish=f) for f in ("stop", "length", "content_filter")]
+        script.append(Reply.tool_call("f", {}, finish="stop"))
+        with FakeModelServer(script) as server:
+            client = anthropic_client(server)
+            reasons = [client.messages.create(model="m", max_tokens=5, messages=MESSAGES).stop_reason
+                       for _ in script]
+        assert reasons == ["end_turn", "max_tokens", "refusal", "end_turn"]

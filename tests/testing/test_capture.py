@@ -9,9 +9,13 @@ import openai
 import pytest
 
 from flowproof.testing import (
+    OUTCOMES,
+    Exchange,
     FakeModelServer,
+    ReceivedRequest,
     Reply,
 )
+from flowproof.testing.capture import ExchangeRecord
 
 from .helpers import (
     MESSAGES,
@@ -90,3 +94,15 @@ class TestExchanges:
             server.stop()
             conn.close()
         assert len(exchanges) == 1 and exchanges[0].response is None
+
+
+class TestOutcome:
+    def test_the_first_outcome_stands(self) -> None:
+        """An exchange settles once: a later word (a reset after a close) does not rewrite it."""
+        record = ExchangeRecord(ReceivedRequest("POST", "/v1/messages", {}, {}, b"", None, "anthropic"))
+        assert record.snapshot() == Exchange(record.request, None, None, None)
+        record.settle("client-reset", 8)
+        record.settle("client-closed")
+        snapshot = record.snapshot()
+        assert (snapshot.outcome, snapshot.reset_code, snapshot.response) == ("client-reset", 8, None)
+        assert record.settled.is_set() and snapshot.outcome in OUTCOMES

@@ -64,3 +64,16 @@ class TestGemini:
             with pytest.raises(genai_errors.ClientError) as caught:
                 client.models.generate_content(model="g", contents="x")
         assert caught.value.code == 429 and caught.value.status == "RESOURCE_EXHAUSTED"
+
+
+class TestFinish:
+    def test_finish_is_said_in_gemini_words(self) -> None:
+        """length and content_filter become MAX_TOKENS and SAFETY; a tool call ends with STOP."""
+        script = [Reply.text("x", finish="length"), Reply.text("x", finish="content_filter"),
+                  Reply.tool_call("f", {"a": 1})]
+        with FakeModelServer(script) as server:
+            client = gemini_client(server)
+            reasons = [client.models.generate_content(model="g", contents="x").candidates[0].finish_reason  # type: ignore[index]
+                       for _ in script]
+        assert reasons == [genai_types.FinishReason.MAX_TOKENS, genai_types.FinishReason.SAFETY,
+                           genai_types.FinishReason.STOP]

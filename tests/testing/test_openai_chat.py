@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from flowproof.testing import (
     FakeModelServer,
     Reply,
@@ -83,3 +85,22 @@ class TestOpenAIChat:
         assert chunks[-1].usage.total_tokens == chunks[-1].usage.prompt_tokens + chunks[-1].usage.completion_tokens
         data = sse_data(raw)
         assert data[-1] == "[DONE]" and all('"usage"' not in d for d in data)
+
+
+class TestFinish:
+    @pytest.mark.parametrize("stream", [False, True])
+    def test_finish_is_said_in_chat_words(self, stream: bool) -> None:
+        """finish= names the finish_reason, even against the content (a tool call ending with stop)."""
+        script = [Reply.tool_call("f", {"a": 1}, finish="stop"), Reply.text("x", finish="content_filter")]
+        with FakeModelServer(script) as server:
+            client = openai_client(server)
+            reasons = []
+            for _ in script:
+                if stream:
+                    chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, stream=True))
+                    reasons.append(next(c.choices[0].finish_reason for c in chunks
+                                        if c.choices and c.choices[0].finish_reason))
+                else:
+                    result = client.chat.completions.create(model="m", messages=MESSAGES)
+                    reasons.append(result.choices[0].finish_reason)
+        assert reasons == ["stop", "content_filter"]

@@ -59,3 +59,14 @@ class TestOpenAIResponses:
             _, headers, raw = raw_post(server, "/v1/responses", {"model": "m", "input": "x", "stream": True})
         assert headers["content-type"].startswith("text/event-stream")
         assert raw.startswith(b"event: response.created\ndata: {")
+
+
+class TestFinish:
+    def test_finish_sets_status_and_incomplete_reason(self) -> None:
+        """length and content_filter end a response incomplete with the matching reason."""
+        script = [Reply.text("x", finish="length"), Reply.text("x", finish="content_filter"), Reply.text("x")]
+        with FakeModelServer(script) as server:
+            client = openai_client(server)
+            responses = [client.responses.create(model="m", input="x") for _ in script]
+        assert [(r.status, r.incomplete_details.reason if r.incomplete_details else None) for r in responses] == [
+            ("incomplete", "max_output_tokens"), ("incomplete", "content_filter"), ("completed", None)]

@@ -12,18 +12,9 @@ import httpx2
 import openai
 import pytest
 
-from flowproof.testing import (
-    FakeModelServer,
-    ReceivedRequest,
-    Reply,
-)
+from flowproof.testing import FakeModelServer, ReceivedRequest, Reply, Script
 
-from .helpers import (
-    MESSAGES,
-    anthropic_client,
-    openai_client,
-    raw_post,
-)
+from .helpers import MESSAGES, anthropic_client, openai_client, raw_exchange, raw_post, sse_data
 
 
 class TestFaults:
@@ -239,3 +230,79 @@ class TestServer:
         head, _, rest = raw.partition(b"\r\n\r\n")
         assert b"transfer-encoding: chunked" in head.lower()
         assert rest.endswith(b"0\r\n\r\n") and rest.count(b"data: ") == 5
+
+
+class TestLateEnd:
+    def test_openai_sync_stream_returns_before_the_body_ends(self) -> None:
+        """openai-python's sync stream stops at [DONE] and closes: it returns long before a late body end."""
+        with FakeModelServer([Reply.text("one two three")], end_delay=30) as server:
+            started = time.monotonic()
+            stream = openai_client(server).chat.completions.create(model="m", messages=MESSAGES, stream=True)
+            text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            took = time.monotonic() - started
+            [exchange] = server.wait_settled(timeout=10)
+            faults = server.faults
+        assert text == "one two three" and took < 10
+        assert exchange.outcome == "client-closed"
+        assert exchange.response is not None and exchange.response.complete
+        assert sse_data(exchange.response.body)[-1] == "[DONE]"
+        assert faults == []
+
+    def test_a_reply_can_end_late_on_its_own(self) -> None:
+        """A reply's end_delay makes only that answer end late; the body still ends for a patient client."""
+        script = [Reply.text("late", end_delay=0.3), Reply.text("on time")]
+        with FakeModelServer(script) as server:
+            timings = []
+            for _ in range(2):
+                started = time.monotonic()
+                raw_exchange(server, "/v1/chat/completions", b'{"model": "m", "stream": true}')
+                timings.append(time.monotonic() - started)
+            exchanges = server.wait_settled()
+        assert timings[0] >= 0.3 > timings[1]
+        assert [e.outcome for e in exchanges] == ["ended", "ended"]
+
+    def test_default_bodies_end_with_their_last_event(self) -> None:
+        """Off by default: the body ends with the last event, the exchange says ended."""
+        with FakeModelServer([Reply.text("a b")]) as server:
+            raw = raw_exchange(server, "/v1/chat/completions", b'{"model": "m", "stream": true}')
+            [exchange] = server.wait_settled()
+        assert raw.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") and exchange.outcome == "ended"
+
+
+class TestSlowAnswers:
+    def test_first_byte_delay_holds_back_the_status_line(self) -> None:
+        """first_byte_delay delays even the headers, unlike first_chunk_delay."""
+        with FakeModelServer([Reply.text("a", first_byte_delay=0.3)]) as server:
+            started = time.monotonic()
+            stream = openai_client(server).chat.completions.create(model="m", messages=MESSAGES, stream=True)
+            headers_at = time.monotonic() - started
+            stream.close()
+        assert headers_at >= 0.3
+
+    def test_a_slow_side_lane_does_not_slow_the_main_call(self) -> None:
+        """A slow title answer (its own lane) and a fast main answer, per call, whatever the order."""
+        script = Script(replies=(Reply.text("main"),),
+                        lanes={"Name this session": (Reply.text("Title", first_byte_delay=0.5),)})
+        with FakeModelServer(script) as server:
+            client = anthropic_client(server)
+            started = time.monotonic()
+            main = client.messages.create(model="m", max_tokens=5, messages=MESSAGES)
+            main_took = time.monotonic() - started
+            title = client.messages.create(model="m", max_tokens=5, system="Name this session.", messages=MESSAGES)
+            total = time.monotonic() - started
+        assert main.content[0].text == "main" and title.content[0].text == "Title"  # type: ignore[union-attr]
+        assert main_took < 0.5 <= total
+
+    def test_wait_settled_names_what_is_still_open(self) -> None:
+        """wait_settled gives up with the requests still being answered."""
+        server = FakeModelServer([Reply.text("x", first_chunk_delay=30)]).start()
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        try:
+            conn.request("POST", "/v1/chat/completions", body=b'{"stream": true}')
+            conn.getresponse()
+            with pytest.raises(TimeoutError, match="POST /v1/chat/completions"):
+                server.wait_settled(timeout=0.2)
+        finally:
+            server.stop()
+            conn.close()
+        assert server.exchanges[0].outcome == "stopped"
