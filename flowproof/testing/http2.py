@@ -185,12 +185,9 @@ class H2Session:
                 body = self.decode(body, encoding)
             except (OSError, ValueError, EOFError):
                 body = None
-        try:
-            self.respond(_StreamTransport(self, stream), pseudo.get(":method", "GET"), pseudo.get(":path", "/"),
-                         headers, body, http_version="HTTP/2", tls=self.tls)
-        except Exception:
-            pass  # the server recorded it as a fault; this stream is reset below
-        with self.lock:
+        self.respond(_StreamTransport(self, stream), pseudo.get(":method", "GET"), pseudo.get(":path", "/"),
+                     headers, body, http_version="HTTP/2", tls=self.tls)
+        with self.lock:  # a stream the answer left open (it cannot, unless the server broke) is reset
             self._reset(stream, h2.errors.ErrorCodes.INTERNAL_ERROR)
 
     def _flush(self) -> None:

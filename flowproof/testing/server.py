@@ -540,8 +540,12 @@ class FakeModelServer:
         try:
             self._respond_unguarded(transport, method, target, headers, body, http_version=http_version, tls=tls)
         except Exception:
+            # A bug of the fake server itself: kept for `faults`, and the client sees a broken answer.
             self._fault(traceback.format_exc())
-            raise
+            try:
+                transport.abort()
+            except Exception:
+                pass
 
     def _respond_unguarded(self, transport: Transport, method: str, target: str,
                            headers: Sequence[tuple[str, str]], body: bytes | None, *,

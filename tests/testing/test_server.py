@@ -12,7 +12,7 @@ import httpx2
 import openai
 import pytest
 
-from flowproof.testing import FakeModelServer, ReceivedRequest, Reply, Script
+from flowproof.testing import FakeModelServer, ReceivedRequest, Reply, Script, abandon
 
 from .helpers import MESSAGES, anthropic_client, openai_client, raw_exchange, raw_post, sse_data
 
@@ -306,3 +306,28 @@ class TestSlowAnswers:
             server.stop()
             conn.close()
         assert server.exchanges[0].outcome == "stopped"
+
+
+class TestFaultsList:
+    @pytest.mark.parametrize("http2", [False, True])
+    def test_a_server_bug_is_a_fault_and_the_server_keeps_serving(self, http2: bool,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+        """An exception inside the server is listed once in faults; the next call is answered."""
+        calls = {"n": 0}
+        original = FakeModelServer._answer
+
+        def broken_once(self: FakeModelServer, *args: Any) -> Any:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise RuntimeError("renderer bug")
+            return original(self, *args)
+
+        monkeypatch.setattr(FakeModelServer, "_answer", broken_once)
+        with FakeModelServer([Reply.text("fine")]) as server:
+            url = server.url + "/v1/chat/completions"
+            with pytest.raises((ConnectionError, OSError)):
+                abandon(url, {"model": "m"}, after_events=1, http2=http2)
+            result = abandon(url, {"model": "m", "stream": True}, after_events=99, http2=http2)
+            faults = server.faults
+        assert len(faults) == 1 and "renderer bug" in faults[0]
+        assert result.saw_end and b"fine" in result.body
