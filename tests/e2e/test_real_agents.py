@@ -447,8 +447,12 @@ class LateEnd:
             try:
                 client, _ = self.listener.accept()
             except OSError:
-                return  # closed
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+                return  # the relay was closed
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()  # the fake server is gone: the proxy sees a reset, as it would
+                continue
             self.sockets += [client, upstream]
             threading.Thread(target=self._copy, args=(client, upstream, False), daemon=True).start()
             threading.Thread(target=self._copy, args=(upstream, client, True), daemon=True).start()
