@@ -276,6 +276,13 @@ def _leaf_changes(recorded: Any, replayed: Any) -> list[tuple[list[Any], Any, An
             segments = level.path(output_format="list")
             t1 = ABSENT if level.t1 is notpresent else level.t1
             t2 = ABSENT if level.t2 is notpresent else level.t2
+            replayed_at = level.path(output_format="list", use_t2=True)
+            if t1 is not ABSENT and t2 is not ABSENT and replayed_at != segments:
+                # deepdiff aligned the lists and paired items at different indices; one path
+                # cannot name both, so say it as it reads on each side: removed here, added there.
+                out.append((list(segments), t1, ABSENT))
+                out.append((list(replayed_at), ABSENT, t2))
+                continue
             out.append((list(segments), t1, t2))
     # deepdiff groups by report type; the report reads in body order instead.
     out.sort(key=lambda c: _sort_key(c[0]))
