@@ -6,6 +6,11 @@ flow is about, a tie goes to the thread carrying the most request text. A side
 conversation (a concurrent title-generation call with its own system prompt)
 can therefore land before or after the main turns without changing the reply.
 
+An abandoned turn (the client gave up on the call before its response ended)
+is not part of what the agent did with the model: it is kept aside in
+``Trajectory.abandoned`` and counts for neither the threads, the tool calls nor
+the reply.
+
 Pure: no I/O, no provider branching; it reads only `flowproof.model` values.
 """
 
@@ -53,6 +58,8 @@ class Trajectory:
     tool_calls: tuple[ToolCall, ...]
     reply: str | None
     reply_absent_reason: str | None = None
+    #: Calls the client abandoned, in index order: never counted (see the module docstring).
+    abandoned: tuple[Turn, ...] = ()
 
     @property
     def reply_absent(self) -> bool:
@@ -66,7 +73,8 @@ def build_trajectory(turns: Sequence[Turn]) -> Trajectory:
     >>> build_trajectory([]).reply is None
     True
     """
-    ordered = tuple(sorted(turns, key=lambda t: t.index))
+    every = tuple(sorted(turns, key=lambda t: t.index))
+    ordered = tuple(t for t in every if not t.abandoned)
     threads = _group_threads(ordered)
     main = _pick_main(threads)
     tool_calls = tuple(
@@ -80,6 +88,7 @@ def build_trajectory(turns: Sequence[Turn]) -> Trajectory:
         tool_calls=tool_calls,
         reply=reply,
         reply_absent_reason=reason,
+        abandoned=tuple(t for t in every if t.abandoned),
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from flowproof.addon.live import LiveCalls
 from flowproof.addon.shared import log
-from flowproof.cassette import RecordedTurn, turn_views
+from flowproof.cassette import RecordedTurn, turn_path_fields, turn_views
 from flowproof.compare import compare_responses, record_on_span
 from flowproof.errors import FlowproofError
 from flowproof.events import ComparedEvent, DriftEvent, ErrorEvent
@@ -27,7 +27,9 @@ class Compare(LiveCalls):
         shared = self.shared
         events = shared.events
         assert shared.replayer is not None  # configure builds it for compare
-        decision = shared.replayer.decide(turn.provider, turn.request.body_sha256, turn.request.body)
+        decision = shared.replayer.decide(
+            turn.provider, turn.request.body_sha256, turn.request.body, turn_path_fields(turn)
+        )
         if isinstance(decision, Miss):
             divergence = decision.divergence
             text = "the live request matches no recorded turn\n" + divergence.render(shared.record_command())

@@ -19,6 +19,7 @@ from flowproof.wire._json import (
     content_text,
     dump_body,
     error_message,
+    event_payload,
     expect_list,
     expect_object,
     load_json_body,
@@ -336,6 +337,14 @@ class OpenAIChatCodec:
             raw_finish_reason=raw_reason,
             model=model,
         )
+
+    def is_terminal_event(self, event: SSEEvent) -> bool:
+        """``data: [DONE]`` ends a chat completion stream (the SDKs stop reading there)."""
+        return event.data.strip() == "[DONE]"
+
+    def path_fields(self, path: str) -> dict[str, str]:
+        """Nothing: the body names the model."""
+        return {}
 
     def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
         """Replace the ``content`` of every ``role: tool`` message whose tool is in ``results``."""

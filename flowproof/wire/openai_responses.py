@@ -16,6 +16,7 @@ from typing import Any
 from flowproof.errors import WireError
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
 from flowproof.wire._json import (
+    event_type,
     compact_json,
     content_text,
     dump_body,
@@ -358,6 +359,14 @@ class OpenAIResponsesCodec:
         if error is not None:
             return _error_view(error, model, view.text, view.tool_calls)
         return view  # a stream cut before its terminal event: finish reason OTHER
+
+    def is_terminal_event(self, event: SSEEvent) -> bool:
+        """``response.completed``, ``response.incomplete`` or ``response.failed``."""
+        return event_type(event.event, event.data) in _TERMINAL
+
+    def path_fields(self, path: str) -> dict[str, str]:
+        """Nothing: the body names the model."""
+        return {}
 
     def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
         """Replace ``output`` of every ``function_call_output`` item whose tool is in ``results``."""

@@ -265,8 +265,8 @@ class TestUpstreamFailures:
         assert replay.stop() == 0
         assert replay.events("divergence") == []
 
-    def test_client_disconnect_midstream_records_no_turn(self, session: Session):
-        """A client that hangs up mid-stream leaves an error event and no recorded turn."""
+    def test_client_disconnect_midstream_records_an_abandoned_turn(self, session: Session):
+        """A client that hangs up mid-stream abandoned the call: a turn marked abandoned, no error."""
         cassette = session.tmp / "hangup.cassette.json"
         port = free_port()
         args = ("--mode", f"reverse:https://api.openai.com@{port}")
@@ -281,10 +281,14 @@ class TestUpstreamFailures:
                              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
                 assert sock.recv(65536)  # the headers (and maybe the first event) arrive
             deadline = time.monotonic() + 10
-            while not proxy.events("error") and time.monotonic() < deadline:
+            while not proxy.events("turn") and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert proxy.stop() == 0
-        assert proxy.events("turn") == []
-        (error,) = proxy.events("error")
-        assert error["id"] == proxy.events("request_started")[0]["id"]
-        assert load_cassette(cassette).turns == ()
+        assert proxy.events("error") == []
+        (turn,) = proxy.events("turn")
+        assert turn["id"] == proxy.events("request_started")[0]["id"]
+        assert turn["turn"]["abandoned"] is True
+        (recorded,) = load_cassette(cassette).turns
+        assert recorded.abandoned and recorded.response is not None
+        # Only what reached the client: never the terminal event the server sent later.
+        assert all(e.data != "[DONE]" for e in recorded.response.events or ())

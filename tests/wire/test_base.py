@@ -45,16 +45,18 @@ class TestCodecProtocol:
 
 
 def test_protocol_lists_the_expected_methods() -> None:
-    """The protocol covers detection, parsing, rewriting and error bodies."""
+    """The protocol covers detection, parsing, rewriting, error bodies, the terminal event and path fields."""
     assert PROTOCOL_METHODS == sorted(
         [
             "error_body",
             "error_text",
             "is_stream_request",
+            "is_terminal_event",
             "matches",
             "parse_events",
             "parse_request",
             "parse_response",
+            "path_fields",
             "rewrite_tool_results",
         ]
     )
