@@ -3,8 +3,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from flowproof.cassette import (
     Cassette,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Mapping
+from typing import Any
 
 from flowproof.errors import WireError
 from flowproof.model import RequestView
@@ -126,7 +127,7 @@ def with_path_fields(view: RequestView, fields: Mapping[str, str]) -> RequestVie
     >>> with_path_fields(gemini.CODEC.parse_request(body), {"model": "gemini-2.5-flash"}).model
     'gemini-2.5-flash'
     """
-    known = {k: v for k, v in fields.items() if k in _VIEW_FIELDS}
+    known: dict[str, Any] = {k: v for k, v in fields.items() if k in _VIEW_FIELDS}
     return dataclasses.replace(view, **known) if known else view
 
 

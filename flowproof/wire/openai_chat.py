@@ -19,7 +19,6 @@ from flowproof.wire._json import (
     content_text,
     dump_body,
     error_message,
-    event_payload,
     expect_list,
     expect_object,
     load_json_body,

@@ -16,11 +16,11 @@ from typing import Any
 from flowproof.errors import WireError
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
 from flowproof.wire._json import (
-    event_type,
     compact_json,
     content_text,
     dump_body,
     error_message,
+    event_type,
     expect_list,
     expect_object,
     load_json_body,

@@ -18,7 +18,13 @@ from typing import Any
 import pytest
 
 from flowproof.cassette import load_cassette
-from flowproof.testing import FakeModelServer, Reply, abandon, close_after_terminal, reset_after_terminal
+from flowproof.testing import (
+    FakeModelServer,
+    Reply,
+    abandon,
+    close_after_terminal,
+    reset_after_terminal,
+)
 
 from .conftest import Mitmdump, run_agent, start_mitmdump
 
