@@ -36,6 +36,10 @@ class Compare(LiveCalls):
             events.write(DriftEvent(flow_id, text, None, divergence.to_json()))
             log.warning("compare_unmatched", flow_id=flow_id, kind=divergence.kind)
             return
+        if decision.turn.abandoned:
+            # The agent gave up on this call at record: there is no recorded answer to judge by.
+            log.info("compare_recorded_abandoned", flow_id=flow_id, turn=decision.turn.index)
+            return
         try:
             recorded_view = turn_views(decision.turn).response
             live_view = turn_views(turn).response
