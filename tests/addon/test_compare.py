@@ -81,3 +81,21 @@ COLLECTED: list[Any] = []
 def collect(result: Any) -> None:
     """A compare handler for the tests."""
     COLLECTED.append(result)
+
+
+class TestRecordedAbandoned:
+    def test_a_call_abandoned_at_record_is_neither_compared_nor_missing(self, harness: Harness):
+        """The recording has no answer to judge the live one by; not being asked is fine too."""
+        from dataclasses import replace
+
+        title = replace(chat_turn(1, chat_body("Name it"), "A title"), abandoned=True, response=None)
+        path = write_cassette(harness.tmp / "c.json", chat_turn(0, chat_body(), "Booked KQ311."), title)
+        harness.configure(flowproof_mode="compare", flowproof_cassette=str(path))
+        f = model_flow(chat_body("Name it"))
+        harness.addon.request(f)
+        stream_through(harness, f, [encode_events(chat_events("Another title"))])
+        harness.addon.done()
+        assert harness.events("compared") == [] and harness.events("drift") == []
+        assert harness.events("error") == []
+        (done,) = harness.events("done")
+        assert done["unconsumed"] == [0]
