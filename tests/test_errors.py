@@ -20,7 +20,7 @@ from flowproof.errors import (
 
 class TestExitCodes:
     def test_exit_codes_are_the_documented_contract(self) -> None:
-        """The exit codes match DESIGN.md's command-line contract."""
+        """The exit codes match the command-line contract in docs/runner.md."""
         assert (
             errors.EXIT_OK,
             errors.EXIT_ASSERTION,
