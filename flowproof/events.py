@@ -74,7 +74,9 @@ class ReadyEvent:
     mode: str
 
     def to_json(self) -> dict[str, Any]:
-        listen = [{"mode": entry.mode, "host": entry.host, "port": entry.port} for entry in self.listen]
+        listen = [
+            {"mode": entry.mode, "host": entry.host, "port": entry.port} for entry in self.listen
+        ]
         return {"event": self.NAME, "listen": listen, "mode": self.mode}
 
     @classmethod
@@ -83,7 +85,9 @@ class ReadyEvent:
         for entry in obj.get("listen") or ():
             if isinstance(entry, Mapping) and "host" in entry and "port" in entry:
                 try:
-                    listen.append(Listener(str(entry.get("mode", "")), str(entry["host"]), int(entry["port"])))
+                    listen.append(
+                        Listener(str(entry.get("mode", "")), str(entry["host"]), int(entry["port"]))
+                    )
                 except (TypeError, ValueError):
                     continue
         return cls(tuple(listen), _text(obj, "mode"))
@@ -114,12 +118,19 @@ class TurnEvent:
     turn: RecordedTurn
 
     def to_json(self) -> dict[str, Any]:
-        return {"event": self.NAME, "id": self.id, "mode": self.mode, "turn": turn_to_json(self.turn)}
+        return {
+            "event": self.NAME,
+            "id": self.id,
+            "mode": self.mode,
+            "turn": turn_to_json(self.turn),
+        }
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TurnEvent:
         """Raises `CassetteError` when ``turn`` is not a cassette turn."""
-        return cls(_text(obj, "id"), _text(obj, "mode"), turn_from_json(obj.get("turn"), EVENT_LOG_SOURCE))
+        return cls(
+            _text(obj, "id"), _text(obj, "mode"), turn_from_json(obj.get("turn"), EVENT_LOG_SOURCE)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,12 +143,19 @@ class DivergenceEvent:
     divergence: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"event": self.NAME, "id": self.id, "text": self.text, "divergence": dict(self.divergence)}
+        return {
+            "event": self.NAME,
+            "id": self.id,
+            "text": self.text,
+            "divergence": dict(self.divergence),
+        }
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> DivergenceEvent:
         divergence = obj.get("divergence")
-        return cls(_text(obj, "id"), _text(obj), divergence if isinstance(divergence, Mapping) else {})
+        return cls(
+            _text(obj, "id"), _text(obj), divergence if isinstance(divergence, Mapping) else {}
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +205,11 @@ class ComparedEvent:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> ComparedEvent:
         result = obj.get("result")
-        return cls(_text(obj, "id"), result if isinstance(result, Mapping) else {}, bool(obj.get("handled")))
+        return cls(
+            _text(obj, "id"),
+            result if isinstance(result, Mapping) else {},
+            bool(obj.get("handled")),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,9 +262,11 @@ class DoneEvent:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> DoneEvent:
         raw = obj.get("unconsumed") or ()
-        unconsumed = tuple(i for i in raw if isinstance(i, int) and not isinstance(i, bool)) if isinstance(
-            raw, list | tuple
-        ) else ()
+        unconsumed = (
+            tuple(i for i in raw if isinstance(i, int) and not isinstance(i, bool))
+            if isinstance(raw, list | tuple)
+            else ()
+        )
         return cls(unconsumed, _text(obj))
 
 

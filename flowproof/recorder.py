@@ -9,7 +9,9 @@ A stream is tapped, not buffered: each chunk goes on to the client unchanged
 while a copy feeds an `SSEDecoder` (`StreamTap.feed`). The tap keeps every
 event and whether the stream reached its end (`StreamTap.ended`), so a caller
 can tell a call that completed from one the client abandoned midway; today
-both are assembled the same way, from the events seen.
+both are assembled the same way, from the events seen. (The adapter's
+``error`` hook still holds the `PendingCall` and its tap when a client resets a
+stream, so an abandoned call can be assembled there from ``tap.events``.)
 
 Pure: no I/O, no mitmproxy.
 """
@@ -28,7 +30,13 @@ from flowproof.wire import parse_sse
 from flowproof.wire.base import Codec
 from flowproof.wire.sse import SSEDecoder, SSEEvent, encode_events
 
-__all__ = ["PendingCall", "StreamTap", "is_event_stream", "response_from_body", "response_from_stream"]
+__all__ = [
+    "PendingCall",
+    "StreamTap",
+    "is_event_stream",
+    "response_from_body",
+    "response_from_stream",
+]
 
 Headers = Iterable[tuple[str, str]]
 
@@ -75,9 +83,13 @@ class PendingCall:
     tap: StreamTap | None = None
 
     @classmethod
-    def start(cls, codec: Codec, method: str, url: str, headers: Headers, prepared: PreparedRequest) -> PendingCall:
+    def start(
+        cls, codec: Codec, method: str, url: str, headers: Headers, prepared: PreparedRequest
+    ) -> PendingCall:
         """The call for a request; ``url`` and ``headers`` are redacted here, before anything is kept."""
-        request = RecordedRequest(method, redact_url(url), filter_headers(headers), prepared.sha256, prepared.body)
+        request = RecordedRequest(
+            method, redact_url(url), filter_headers(headers), prepared.sha256, prepared.body
+        )
         return cls(codec, request)
 
     def tap_stream(self) -> StreamTap:
@@ -87,10 +99,14 @@ class PendingCall:
 
     def turn(self, index: int, response: RecordedResponse) -> RecordedTurn:
         """The completed call as turn ``index``."""
-        return RecordedTurn(index=index, provider=self.codec.name, request=self.request, response=response)
+        return RecordedTurn(
+            index=index, provider=self.codec.name, request=self.request, response=response
+        )
 
 
-def response_from_stream(status: int, headers: Headers, tap: StreamTap, normalizer: Normalizer) -> RecordedResponse:
+def response_from_stream(
+    status: int, headers: Headers, tap: StreamTap, normalizer: Normalizer
+) -> RecordedResponse:
     """The recorded form of a tapped SSE response (paths made portable)."""
     events = tap.finish()
     if not normalizer.is_identity:

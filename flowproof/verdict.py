@@ -132,7 +132,11 @@ def agent_error(run: AgentOutcome, timeout: float, tls: Sequence[str]) -> str | 
         return message
     if run.returncode not in (0, None):
         message = f"the agent exited with code {run.returncode}"
-        last = (run.stderr.strip() or run.stdout.strip()).splitlines()[-1:] if (run.stderr or run.stdout) else []
+        last = (
+            (run.stderr.strip() or run.stdout.strip()).splitlines()[-1:]
+            if (run.stderr or run.stdout)
+            else []
+        )
         if last:
             message += f": {last[0][:300]}"
         if tls:
@@ -176,7 +180,9 @@ def decide_exit(
                 drifts = (*drifts, text)
     base = Verdict(EXIT_OK, divergences=divergences, drifts=drifts, missing=missing, errors=errors)
 
-    def failed(code: int, error: str | None = None, *, reject: bool = True, **changes: Any) -> Verdict:
+    def failed(
+        code: int, error: str | None = None, *, reject: bool = True, **changes: Any
+    ) -> Verdict:
         fate: RecordingFate = "reject" if reject and mode == "record" else "none"
         fields: dict[str, Any] = {"notes": tuple(notes), **changes}
         return _replace(base, exit_code=code, recording=fate, error=error, **fields)
@@ -192,7 +198,9 @@ def decide_exit(
     if not any(isinstance(e, DoneEvent) for e in events):
         notes.append("the proxy did not report a clean shutdown (no `done` event)")
         if mode == "record":
-            return failed(EXIT_AGENT, "the proxy did not finish writing the recording — nothing was saved")
+            return failed(
+                EXIT_AGENT, "the proxy did not finish writing the recording — nothing was saved"
+            )
         if mode == "replay":
             # The `done` event lists the recorded turns never requested: without it a run
             # that skipped calls would pass unchecked.
@@ -210,7 +218,9 @@ def decide_exit(
     if drifts and not handler:
         return _replace(result, exit_code=EXIT_DRIFT)
     if not all(s.passed for s in checked):
-        return _replace(result, exit_code=EXIT_ASSERTION, recording="reject" if mode == "record" else "none")
+        return _replace(
+            result, exit_code=EXIT_ASSERTION, recording="reject" if mode == "record" else "none"
+        )
     return _replace(result, recording="keep" if mode == "record" else "none")
 
 

@@ -29,8 +29,13 @@ from .runner.helpers import BOOKING_TURNS, cassette_text
 TURN = loads_cassette(cassette_text(BOOKING_TURNS), "c.json").turns[1]
 
 EVENTS = [
-    ReadyEvent((Listener("regular", "127.0.0.1", 8080), Listener("reverse:https://api.openai.com@0", "::1", 9)),
-               "replay"),
+    ReadyEvent(
+        (
+            Listener("regular", "127.0.0.1", 8080),
+            Listener("reverse:https://api.openai.com@0", "::1", 9),
+        ),
+        "replay",
+    ),
     RequestStartedEvent("f1"),
     TurnEvent("f1", "replay", TURN),
     DivergenceEvent("f2", "unmatched", {"kind": "unmatched", "closest_index": 1}),
@@ -56,7 +61,12 @@ class TestRoundTrip:
         """The keys match the event-log table in docs/internals.md."""
         assert ErrorEvent("t", id="x").to_json() == {"event": "error", "id": "x", "text": "t"}
         assert ErrorEvent("t").to_json() == {"event": "error", "text": "t"}
-        assert DriftEvent("x", "t", None).to_json() == {"event": "drift", "id": "x", "text": "t", "result": None}
+        assert DriftEvent("x", "t", None).to_json() == {
+            "event": "drift",
+            "id": "x",
+            "text": "t",
+            "result": None,
+        }
         assert ComparedEvent("x", {}).to_json() == {"event": "compared", "id": "x", "result": {}}
         assert DoneEvent().to_json() == {"event": "done", "unconsumed": [], "text": ""}
         assert TurnEvent("x", "record", TURN).to_json()["turn"]["provider"] == "openai-chat"
@@ -70,7 +80,9 @@ class TestLenientReading:
 
     def test_missing_fields_get_defaults(self):
         """A done event without text or with junk in unconsumed reads as the old dict readers did."""
-        assert parse_event({"event": "done", "unconsumed": [1, "x", True, 4]}) == DoneEvent((1, 4), "")
+        assert parse_event({"event": "done", "unconsumed": [1, "x", True, 4]}) == DoneEvent(
+            (1, 4), ""
+        )
         assert parse_event({"event": "divergence", "id": "a"}) == DivergenceEvent("a", "", {})
 
     def test_a_broken_turn_is_a_cassette_error(self):

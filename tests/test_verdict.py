@@ -23,7 +23,9 @@ from flowproof.verdict import StepResult, Verdict, agent_error, decide_exit, mis
 from .runner.helpers import BOOKING_TURNS, cassette_text, turn_events
 
 PASSED = StepResult(True, "ok", None, "assert: reply contains booked")
-FAILED = StepResult(False, "the agent has not replied", "f.yaml:9:5", "assert: reply contains booked")
+FAILED = StepResult(
+    False, "the agent has not replied", "f.yaml:9:5", "assert: reply contains booked"
+)
 
 
 @dataclass(frozen=True)
@@ -82,12 +84,18 @@ class TestLadder:
     def test_proxy_error_fails_the_run(self):
         """An error event is exit 5 with its text as the error."""
         verdict, evaluated = decide([*TURNS, ErrorEvent("cassette write failed"), DONE])
-        assert (verdict.exit_code, verdict.error, evaluated) == (EXIT_AGENT, "cassette write failed", [])
+        assert (verdict.exit_code, verdict.error, evaluated) == (
+            EXIT_AGENT,
+            "cassette write failed",
+            [],
+        )
 
     def test_replay_without_done_cannot_check_missing_calls(self):
         """No done event in replay: exit 5, and the recording (none) is not touched."""
         verdict, _ = decide(TURNS)
-        assert verdict.exit_code == EXIT_AGENT and "missing calls could not be checked" in (verdict.error or "")
+        assert verdict.exit_code == EXIT_AGENT and "missing calls could not be checked" in (
+            verdict.error or ""
+        )
         assert verdict.recording == "none" and verdict.notes
 
     def test_record_without_done_rejects_the_recording(self):
@@ -97,8 +105,13 @@ class TestLadder:
 
     def test_missing_calls_are_a_divergence_after_the_steps(self):
         """Recorded calls never made: exit 3, with the done event's text and the steps."""
-        verdict, evaluated = decide([*TURNS[:2], DoneEvent((1, 2), "2 recorded turns were never requested")])
-        assert verdict.exit_code == EXIT_DIVERGENCE and verdict.missing == "2 recorded turns were never requested"
+        verdict, evaluated = decide(
+            [*TURNS[:2], DoneEvent((1, 2), "2 recorded turns were never requested")]
+        )
+        assert (
+            verdict.exit_code == EXIT_DIVERGENCE
+            and verdict.missing == "2 recorded turns were never requested"
+        )
         assert evaluated == ["evaluated"]
 
     def test_drift_fails_compare_unless_a_handler_takes_it(self):

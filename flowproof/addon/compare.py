@@ -27,10 +27,14 @@ class Compare(LiveCalls):
         shared = self.shared
         events = shared.events
         assert shared.replayer is not None  # configure builds it for compare
-        decision = shared.replayer.decide(turn.provider, turn.request.body_sha256, turn.request.body)
+        decision = shared.replayer.decide(
+            turn.provider, turn.request.body_sha256, turn.request.body
+        )
         if isinstance(decision, Miss):
             divergence = decision.divergence
-            text = "the live request matches no recorded turn\n" + divergence.render(shared.record_command())
+            text = "the live request matches no recorded turn\n" + divergence.render(
+                shared.record_command()
+            )
             events.write(DriftEvent(flow_id, text, None, divergence.to_json()))
             log.warning("compare_unmatched", flow_id=flow_id, kind=divergence.kind)
             return

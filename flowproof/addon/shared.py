@@ -23,7 +23,15 @@ from flowproof.replay import Replayer
 from flowproof.request_key import PreparedRequest, prepare_request
 from flowproof.wire import Codec, detect, is_model_host, normalize_host
 
-__all__ = ["JSON_HEADERS", "Detected", "Shared", "config_record_command", "content_of", "log", "refuse_unhandled"]
+__all__ = [
+    "JSON_HEADERS",
+    "Detected",
+    "Shared",
+    "config_record_command",
+    "content_of",
+    "log",
+    "refuse_unhandled",
+]
 
 # structlog bound to a stdlib logger, so events reach mitmproxy's log handlers
 # without touching the process-wide structlog configuration.
@@ -93,7 +101,9 @@ class Shared:
                 # codex tries Responses-over-WebSocket first; 426 makes it fall back to HTTP at once.
                 flow.response = http.Response.make(
                     426,
-                    json.dumps({"error": {"message": "flowproof: WebSocket is not supported, use HTTP"}}),
+                    json.dumps(
+                        {"error": {"message": "flowproof: WebSocket is not supported, use HTTP"}}
+                    ),
                     {**JSON_HEADERS, "connection": "close"},
                 )
                 log.info("websocket_refused", host=host, path=path)
@@ -108,7 +118,9 @@ class Shared:
         prepared = prepare_request(codec, raw, self.config.tool_results, self.config.normalizer)
         if prepared.rewrite_error is not None:
             # The codec cannot read the body: forward it as sent; the hash then says what it is.
-            log.warning("tool_results_not_substituted", provider=codec.name, reason=prepared.rewrite_error)
+            log.warning(
+                "tool_results_not_substituted", provider=codec.name, reason=prepared.rewrite_error
+            )
         elif prepared.forwarded != raw:
             req.content = prepared.forwarded
         self.events.write(RequestStartedEvent(flow.id))
@@ -155,6 +167,8 @@ def refuse_unhandled(flow: http.HTTPFlow) -> None:
     """
     flow.response = http.Response.make(
         400,
-        json.dumps({"error": {"message": "flowproof could not handle this request; see its report"}}),
+        json.dumps(
+            {"error": {"message": "flowproof could not handle this request; see its report"}}
+        ),
         JSON_HEADERS,
     )
