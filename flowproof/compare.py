@@ -1,6 +1,6 @@
 """Recorded vs live: how a live model response differs from the recorded one.
 
-Seed "compare-never-writes": compare is a read plus a report. Equal means the same
+Compare is a read plus a report (docs/design.md#compare-is-read-only). Equal means the same
 tool-call trajectory (names and canonical JSON arguments, in order), the same
 unified finish reason (the provider's raw reason churns and is not compared), and
 text no worse than ``normalized`` (equal after trim, whitespace collapse,

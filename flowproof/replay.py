@@ -1,6 +1,6 @@
 """The strict matcher: a replayed request must match a recorded turn byte for byte.
 
-Rules (DESIGN.md, "Settled behaviour"):
+Rules (docs/design.md#matching):
 
 - The key is the sha256 of the request body after tool-result substitution and
   normalization; headers are not matched.

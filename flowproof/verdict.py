@@ -169,8 +169,8 @@ def decide_exit(
     missing = missing_text(events, existing) if mode == "replay" else None
     notes: list[str] = []
     if mode == "compare":
-        # Fewer live calls than recorded is a changed trajectory, which compare-never-writes
-        # calls drift; a handler only sees per-call results, so it is noted for it instead.
+        # Fewer live calls than recorded is a changed trajectory, which compare calls drift
+        # (docs/design.md#drift); a handler only sees per-call results, so it is noted for it instead.
         fewer = missing_text(events, existing)
         if fewer:
             text = f"the live run made fewer model calls than the recording — {fewer}"
