@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowproof.errors import FlowproofError
+from flowproof.errors import CAError
 from flowproof.wire.providers import PROVIDERS, base_url_vars, model_host_suffixes
 from flowproof.wire.providers import (
     model_hosts as _wire_model_hosts,  # `model_hosts` is a parameter below
@@ -37,9 +37,6 @@ PLACEHOLDER_KEY = "flowproof-replay-placeholder"
 #: Always direct: the agent keeps reaching its own local services (and base-URL listeners).
 LOCAL_NO_PROXY = ("localhost", "127.0.0.1", "::1")
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
-
-class CAError(FlowproofError):
-    """The flowproof CA directory cannot be created or read."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,11 @@ _TOKEN = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
 
 
 class VariableSyntaxError(ValueError):
-    """A ``${`` that is not a well-formed reference; ``offset`` is its index in the text."""
+    """A ``${`` that is not a well-formed reference; ``offset`` is its index in the text.
+
+    Internal to the spec package (not in flowproof/errors.py): the loader and the clause
+    parser catch it and turn it into a `SpecProblem` with the file position; no user sees it.
+    """
 
     def __init__(self, text: str, offset: int) -> None:
         self.offset = offset
