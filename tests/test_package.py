@@ -29,7 +29,7 @@ class TestPublicSurface:
         """The pure core imports neither mitmproxy nor click, so it is testable on plain data."""
         code = (
             "import sys, flowproof, flowproof.wire, flowproof.normalize, flowproof.replay, "
-            "flowproof.divergence, flowproof.compare; "
+            "flowproof.divergence, flowproof.compare, flowproof.mcp, flowproof.guard; "
             "print(sorted(m for m in ('mitmproxy', 'click') if m in sys.modules))"
         )
         out = subprocess.run(
