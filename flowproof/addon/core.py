@@ -24,6 +24,7 @@ from mitmproxy import ctx, exceptions, http, tls
 from mitmproxy.addonmanager import Loader
 
 from flowproof.addon.eventlog import EventLog
+from flowproof.addon.mcp import McpBoundary
 from flowproof.addon.options import (
     MODES,
     ROUTES,
@@ -47,6 +48,7 @@ from flowproof.cassette import (
 )
 from flowproof.compare import compare_responses, record_on_span
 from flowproof.errors import FlowproofError, SpecError
+from flowproof.mcp import McpRoute, parse_route
 from flowproof.replay import Miss, Replayer, route_mismatch
 from flowproof.wire import Codec, detect, is_model_host, normalize_host, parse_sse
 from flowproof.wire.sse import SSEDecoder, SSEEvent, encode_events
@@ -65,6 +67,7 @@ OPTION_NAMES: tuple[str, ...] = (
     "compare_handler",
     "cwd",
     "home",
+    "mcp",
 )
 _OPTIONS = frozenset(f"flowproof_{n}" for n in OPTION_NAMES)
 
@@ -133,6 +136,8 @@ class Flowproof:
         self._flows: dict[str, _FlowState] = {}
         self._configured = False
         self._last_error: exceptions.OptionsError | None = None
+        # The MCP boundary (flowproof/addon/mcp.py): its hooks run first and claim MCP traffic.
+        self.mcp = McpBoundary(lambda: self.events)
 
     # ------------------------------------------------------------------ options
 
@@ -179,6 +184,10 @@ class Flowproof:
             "flowproof_home", str, "",
             "The agent's HOME, stored as a placeholder in cassettes (default: $HOME when a spec is given).",
         )
+        loader.add_option(
+            "flowproof_mcp", Sequence[str], [],
+            "A spec's MCP server and its real url, as NAME=URL: its declared tools are answered here.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         if not updated & _OPTIONS:
@@ -205,7 +214,12 @@ class Flowproof:
         except (ValueError, FlowproofError) as e:
             raise exceptions.OptionsError(f"Cannot parse {e}") from None
 
+        try:
+            routes: list[McpRoute] = [parse_route(str(v)) for v in values.get("mcp") or ()]
+        except ValueError as e:
+            raise exceptions.OptionsError(f"Cannot parse flowproof_mcp: {e}") from None
         replayer: Replayer | None = None
+        recorded_mcp: tuple[Any, ...] = ()
         if config.mode is Mode.RECORD:
             if config.cassette is None:
                 raise exceptions.OptionsError(
@@ -232,12 +246,18 @@ class Flowproof:
                 if mismatch is not None:
                     raise exceptions.OptionsError(f"Cannot replay flowproof_cassette {config.cassette}: {mismatch}")
             replayer = Replayer(cassette)
+            recorded_mcp = cassette.mcp
 
         if config.report != self.events.path:
             self.events.close()
             self.events = EventLog(config.report)
         self.config = config
         self.replayer = replayer
+        answers = {
+            server.name: {t.name: t.result for t in server.tools if t.has_result}
+            for server in (config.spec.mcp if config.spec is not None else ())
+        }
+        self.mcp.configure(config.mode.value, routes, answers, recorded_mcp)
         self.turns = []
         self._completed = 0
         self._flows = {}
@@ -276,6 +296,9 @@ class Flowproof:
             if self.config.mode is Mode.RECORD:
                 self._save()
             elif self.replayer is not None:
+                mcp_missing = self.mcp.unconsumed_text()
+                if mcp_missing is not None and self.config.mode is Mode.REPLAY:
+                    self.events.write("divergence", text=mcp_missing, divergence=None)
                 missing = self.replayer.missing_divergence()
                 unconsumed = [t.index for t in self.replayer.unconsumed()]
                 text = missing.render(self._record_command(self.config)) if missing is not None else ""
@@ -288,7 +311,9 @@ class Flowproof:
     def _save(self) -> None:
         path = self.config.cassette
         assert path is not None  # configure refuses record without a cassette
-        cassette = Cassette(tuple(self.turns), route=self.config.route)  # type: ignore[arg-type]
+        cassette = Cassette(
+            tuple(self.turns), route=self.config.route, mcp=self.mcp.recorded()  # type: ignore[arg-type]
+        )
         try:
             save_cassette(cassette, path)
         except FlowproofError as e:
@@ -339,6 +364,8 @@ class Flowproof:
     def _request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None or flow.error is not None:
             return  # another addon already answered it
+        if self.mcp.request(flow):
+            return
         config = self.config
         req = flow.request
         host = req.pretty_host
@@ -447,6 +474,8 @@ class Flowproof:
     # ------------------------------------------------------------------ responses
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if self.mcp.responseheaders(flow):
+            return
         state = self._flows.get(flow.id)
         if state is None or flow.response is None:
             return
@@ -467,6 +496,8 @@ class Flowproof:
             self._hook_failed(flow, "response", e)
 
     def _response(self, flow: http.HTTPFlow) -> None:
+        if self.mcp.response(flow):
+            return
         state = self._flows.pop(flow.id, None)
         if state is None or flow.response is None:
             return
@@ -491,6 +522,8 @@ class Flowproof:
             self._compare(flow.id, turn)
 
     def error(self, flow: http.HTTPFlow) -> None:
+        if self.mcp.error(flow):
+            return
         state = self._flows.pop(flow.id, None)
         if state is None:
             return

@@ -33,7 +33,14 @@ from flowproof.errors import (
 )
 from flowproof.runner.agents import AgentRun, run_command_agent, run_url_agent
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, interpreter_first_path
-from flowproof.runner.proxy import ProxySettings, RunningProxy, start_proxy
+from flowproof.runner.mcp import (
+    agent_variables,
+    check_reachable,
+    plan_listeners,
+    proxy_args,
+    replay_environ,
+)
+from flowproof.runner.proxy import ProxySettings, RunningProxy, free_port, start_proxy
 
 MODES = ("replay", "record", "compare")
 #: Reverse listeners opened for ``agent.route: base_url``.
@@ -125,6 +132,8 @@ class FlowResult:
     heal_diff: str | None = None
     rejected: Path | None = None
     notes: tuple[str, ...] = ()
+    #: The evidence behind each assert_no_tool_call (`flowproof.guard.GuardEvidence.to_json`).
+    guards: tuple[dict[str, Any], ...] = ()
     startup_seconds: float | None = None
     duration: float = 0.0
     turns: int = 0
@@ -185,7 +194,12 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
     if options.mode not in MODES:
         raise FlowproofError(f"unknown mode `{options.mode}` — use one of: {', '.join(MODES)}")
     environ = dict(os.environ if options.environ is None else options.environ)
-    spec = resolve_variables(load_spec(spec_path), environ)
+    raw_spec = load_spec(spec_path)
+    # An mcp: url variable left unset at replay gets a placeholder: replay dials no server.
+    replay_env = replay_environ(raw_spec, environ, options.mode)
+    placeholder_env = {k: v for k, v in replay_env.items() if k not in environ}
+    environ = replay_env
+    spec = resolve_variables(raw_spec, environ)
     cassette = options.cassette or spec.cassette
     mode = options.mode
     agent = spec.agent
@@ -212,6 +226,10 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             "fix `agent.cwd` in the spec"
         )
 
+    listeners = plan_listeners(raw_spec, spec, free_port)
+    if mode != "replay":
+        check_reachable(listeners)
+
     ca = ensure_ca(options.ca_dir or default_ca_dir(environ))
     target = staging_path(cassette) if mode == "record" else cassette
     if mode == "record":
@@ -234,6 +252,8 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 reverse_hosts=REVERSE_HOSTS if agent.route == "base_url" else (),
                 compare_handler=handler,
                 addon_script=options.addon_script,
+                extra_args=tuple(proxy_args(listeners, agent.route == "base_url")),
+                env=tuple(placeholder_env.items()),
             )
             proxy = start_proxy(settings, timeout=options.proxy_timeout)
             try:
@@ -241,8 +261,9 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 # No request reaches a real provider in replay, nor with a mapped upstream (a local
                 # model or gateway), so an SDK that insists on a key gets a placeholder there.
                 placeholders = mode == "replay" or bool(upstream)
+                agent_environ = {**environ, **agent_variables(listeners)}
                 run = _drive(
-                    proxy, spec.agent, prompts, environ, ca, placeholders, model_hosts, timeout,
+                    proxy, spec.agent, prompts, agent_environ, ca, placeholders, model_hosts, timeout,
                     cancelled=cancel.is_set if cancel is not None else None,
                 )
             finally:
@@ -383,6 +404,8 @@ def _verdict(
     startup: float,
 ) -> FlowResult:
     from flowproof.assertions import evaluate
+    from flowproof.guard import guard_evidence
+    from flowproof.mcp import calls_from_events
     from flowproof.trajectory import build_trajectory
 
     def texts(kind: str) -> tuple[str, ...]:
@@ -453,7 +476,10 @@ def _verdict(
             return _with(base, exit_code=EXIT_AGENT, error=message, notes=tuple(notes))
 
     turns = trajectory_turns(events)
-    trajectory = build_trajectory(turns)
+    mcp_tools = {t.name for server in spec.mcp for t in server.tools}
+    trajectory = build_trajectory(turns, calls_from_events(events), mcp_tools)
+    guards = guard_evidence(spec, trajectory)
+    notes.extend(str(e.get("text", "")) for e in events if e.get("event") == "mcp_rejected")
     steps = tuple(
         StepResult(
             passed=r.passed,
@@ -467,9 +493,10 @@ def _verdict(
         base,
         steps=steps,
         reply=trajectory.reply,
-        tool_calls=tuple(c.name for c in trajectory.tool_calls),
+        tool_calls=tuple(_call_label(c) for c in trajectory.tool_calls),
         turns=len(turns),
         notes=tuple(notes),
+        guards=tuple(g.to_json() for g in guards),
     )
     if missing:
         return _with(result, exit_code=EXIT_DIVERGENCE)
@@ -501,6 +528,13 @@ def _keep_recording(result: FlowResult, cassette: Path, existing: Any, staging: 
         heal = diff_cassettes(existing, load_cassette(staging))
     os.replace(staging, cassette)
     return _with(result, heal_diff=heal)
+
+
+def _call_label(call: Any) -> str:
+    """A trajectory call as reports list it: the name, marked when it crossed the MCP boundary."""
+    from flowproof.trajectory import MCP, boundary_of
+
+    return f"{call.name} (mcp)" if boundary_of(call) == MCP else str(call.name)
 
 
 def _step_source(step: Any) -> str:

@@ -337,7 +337,7 @@ class TestTools:
 
 class TestMcp:
     def test_mcp_problems(self, problems):
-        """Missing url, missing tools and a tool without result are all reported."""
+        """Missing url and missing tools are reported; a tool without result is a declaration."""
         found = problems(with_steps("  - prompt: x\n", """\
 mcp:
   - name: a
@@ -349,8 +349,15 @@ mcp:
         assert [p.split(" — ")[0] for p in found] == [
             "5:5: an `mcp` entry has no `url`",
             "5:5: an `mcp` entry has no `tools`",
-            "9:9: mcp tool `t` has no `result`",
         ]
+
+    def test_mcp_tool_without_result_is_a_declaration(self, load):
+        """An mcp tool with no result passes through to the server but can be asserted on."""
+        spec = load(with_steps(
+            "  - prompt: x\n  - assert_tool_call: list_rows\n",
+            "mcp:\n  - name: s\n    url: http://127.0.0.1:9/mcp\n    tools:\n      - name: list_rows\n",
+        ))
+        assert spec.mcp[0].tools[0].has_result is False
 
     def test_duplicate_server(self, problems):
         """Two servers with one name is an error."""
