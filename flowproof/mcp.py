@@ -84,6 +84,10 @@ SESSION_PLACEHOLDER = "flowproof-mcp-session"
 
 _JSONRPC = "2.0"
 _TOOLS_CALL = "tools/call"
+#: The first protocol version of the stateless generation (``server/discover``, no
+#: ``initialize``): its results must say ``"resultType": "complete"``.
+MODERN_PROTOCOL = "2026-07-28"
+_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,13 @@ class Message:
     @property
     def is_request(self) -> bool:
         return self.method is not None and self.has_id
+
+    def protocol_version(self) -> str | None:
+        """The protocol version a stateless-generation request names in ``params._meta``."""
+        params = self.raw.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        version = meta.get(_VERSION_META) if isinstance(meta, dict) else None
+        return version if isinstance(version, str) else None
 
     def tool_call(self) -> tuple[str, Any] | None:
         """(tool name, arguments) when this is a ``tools/call`` request, else None."""
@@ -271,32 +282,43 @@ def decide(
         reason = f"a batch mixes the declared tool(s) {names} with other messages"
         error = error_response(None, INVALID_REQUEST, f"flowproof: {reason}; send them separately")
         return Reject(400, "application/json", _dumps(error), reason)
+    header_version = headers.get("mcp-protocol-version")
     replies = [
-        {"jsonrpc": _JSONRPC, "id": m.id, "result": call_tool_result(answers[c[0]])}
+        {
+            "jsonrpc": _JSONRPC,
+            "id": m.id,
+            "result": call_tool_result(
+                answers[c[0]], modern=(m.protocol_version() or header_version or "") >= MODERN_PROTOCOL
+            ),
+        }
         for m, c in declared
     ]
     content_type, out = render_messages(replies, parsed.batch, wants_sse(headers.get("accept", "")))
     return Answer(200, content_type, out, tuple(c for _m, c in declared))
 
 
-def call_tool_result(result: Any) -> dict[str, Any]:
+def call_tool_result(result: Any, *, modern: bool = False) -> dict[str, Any]:
     """A ``CallToolResult`` for a spec's ``result:`` value.
 
     ``structuredContent`` must be a JSON object: a mapping goes in as it is, any
     other value is wrapped as ``{"result": value}`` (the MCP SDKs' own convention
     for non-object outputs). The text block carries the same value as JSON, for
-    clients that read only ``content``.
+    clients that read only ``content``. ``modern``: the request is of the stateless
+    generation, whose clients reject a result without ``"resultType": "complete"``.
 
     >>> call_tool_result([1])["structuredContent"]
     {'result': [1]}
     """
     structured = result if isinstance(result, dict) else {"result": result}
     text = json.dumps(result, ensure_ascii=False, sort_keys=True)
-    return {
+    out: dict[str, Any] = {
         "content": [{"type": "text", "text": text}],
         "structuredContent": structured,
         "isError": False,
     }
+    if modern:
+        out["resultType"] = "complete"
+    return out
 
 
 def error_response(ident: Any, code: int, message: str) -> dict[str, Any]:

@@ -150,6 +150,19 @@ class TestDecide:
 
 
 class TestCallToolResult:
+    def test_stateless_generation_gets_a_result_type(self) -> None:
+        """A 2026-07-28 client (version in params._meta or the header) needs resultType; older ones get none."""
+        modern = call("a", "export_to_endpoint")
+        modern["params"]["_meta"] = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}  # type: ignore[index]
+        for doc, headers, expected in (
+            (modern, BOTH, "complete"),
+            (call("b", "export_to_endpoint"), {**BOTH, "mcp-protocol-version": "2026-07-28"}, "complete"),
+            (call("c", "export_to_endpoint"), {**BOTH, "mcp-protocol-version": "2025-11-25"}, None),
+        ):
+            decision = decide("POST", headers, body(doc), DECLARED)
+            assert isinstance(decision, Answer)
+            assert json.loads(decision.body)["result"].get("resultType") == expected
+
     def test_non_object_results_are_wrapped(self) -> None:
         """structuredContent must be an object: a list or scalar goes under `result`."""
         assert call_tool_result("done")["structuredContent"] == {"result": "done"}
