@@ -651,10 +651,10 @@ class TestExampleSpecs:
         ("booking.flow.yaml", "flight.id equals KQ311", "flight.id matches [KQ", "15:62"),
         ("booking.flow.yaml", "assert_tool_call: create_booking", "assert_tool_call: create_bookng",
          "15:23"),
-        ("plan_mode_guard.flow.yaml", "  env:", "  envv:", "8:3"),
-        ("plan_mode_guard.flow.yaml", "${EXPORT_MCP_URL}", "${EXPORT-MCP}", "12:10"),
+        ("plan_mode_guard.flow.yaml", "  env:", "  envv:", "11:3"),
+        ("plan_mode_guard.flow.yaml", "${EXPORT_MCP_URL}", "${EXPORT-MCP}", "15:10"),
         ("plan_mode_guard.flow.yaml", "assert_no_tool_call: export_to_endpoint",
-         "assert_no_tool_call: export_to_endpont", "18:26"),
+         "assert_no_tool_call: export_to_endpont", "24:26"),
     ])
     def test_broken_copy_fails_with_position(self, tmp_path, name, old, new, where):
         """A broken copy of an example fails with a file:line:col message."""
