@@ -158,3 +158,18 @@ class TestReplay:
         assert flow.response is not None and flow.response.status_code == 405
         text = mcp.unconsumed_text()
         assert text is not None and "mcp exchange 0 with `exports`: tools/list" in text
+
+
+def test_remote_https_server_is_caught_on_the_proxy_route(tmp_path: Path) -> None:
+    """A request the agent sent through HTTPS_PROXY to the real remote url is MCP traffic too."""
+    events = EventLog(tmp_path / "events.jsonl")
+    mcp = McpBoundary(lambda: events)
+    mcp.configure("record", [parse_route("remote=https://mcp.example.com/v1/mcp")],
+                  {"remote": {"export_to_endpoint": {"ok": False}}}, ())
+    flow = mcp_flow(tools_call(1, "export_to_endpoint", {}), port=443, path="/v1/mcp")
+    flow.request.scheme, flow.request.host = "https", "mcp.example.com"
+    assert mcp.request(flow) and flow.response is not None
+    assert json.loads(flow.response.content or b"")["result"]["structuredContent"] == {"ok": False}
+    elsewhere = mcp_flow(tools_call(1, "export_to_endpoint", {}), port=443, path="/v2/mcp")
+    elsewhere.request.scheme, elsewhere.request.host = "https", "mcp.example.com"
+    assert mcp.request(elsewhere) is False
