@@ -69,3 +69,18 @@ def test_passing_guard_without_an_attempt_warns(tmp_path: Path) -> None:
     unoffered = evidence(tmp_path, [turn(0, ())], [])
     assert unoffered.warning is not None and "never even offered" in unoffered.warning
     assert unoffered.to_json()["offered"] is False
+
+
+def test_failing_guard_message_names_the_mcp_boundary(tmp_path: Path) -> None:
+    """The assertion's message says the offending call crossed the MCP boundary."""
+    from flowproof.assertions import evaluate
+
+    path = tmp_path / "g.flow.yaml"
+    path.write_text(SPEC)
+    spec = load_spec(path)
+    trajectory = build_trajectory([turn(0, ("export_to_endpoint",), ToolCall("export_to_endpoint", "{}"))],
+                                  [McpCall("exports", "export_to_endpoint", '{"rows": 1}', True, 1)],
+                                  {"export_to_endpoint"})
+    [result] = evaluate(spec, trajectory)
+    assert not result.passed
+    assert 'but export_to_endpoint (call 1 of 1, over MCP) was made with {"rows": 1}' in result.message
