@@ -21,6 +21,7 @@ from flowproof.mcp import (
     exchange_from_json,
     exchange_key,
     exchange_to_json,
+    Body,
     parse_body,
 )
 
@@ -129,7 +130,8 @@ class TestDecide:
         if isinstance(decision, Reject):
             assert "error" in json.loads(decision.body)
         else:
-            assert not isinstance(parse_body(data), type(None))
+            # Only a body that parsed as JSON-RPC may be answered or forwarded.
+            assert isinstance(parse_body(data), Body)
 
     json_values = st.recursive(
         st.none() | st.booleans() | st.integers() | st.text(max_size=5),
