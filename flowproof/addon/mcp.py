@@ -14,6 +14,12 @@ through the explicit proxy (a remote https server). Per mode:
 - compare: everything else goes live and is not recorded (compare judges model turns).
 
 Every ``tools/call`` that crosses is written to the event log as ``mcp_call``.
+
+It is a child of the root addon placed before the mode's concern, so it sees
+each flow first; a flow it answered is skipped by the concern (``Shared.detect``),
+and a flow it forwards is not a model call, so the concern leaves it alone.
+Recorded exchanges go into ``Shared.mcp_exchanges``, which `Record` saves with
+the turns.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from typing import Any
 
 from mitmproxy import http
 
-from flowproof.addon.eventlog import EventLog
+from flowproof.addon.shared import Shared, log
+from flowproof.events import DivergenceEvent, ErrorEvent, McpCallEvent, McpRejectedEvent
 from flowproof.mcp import (
     SESSION_PLACEHOLDER,
     Answer,
@@ -59,42 +66,33 @@ class _Pending:
 
 
 class McpBoundary:
-    """The MCP part of the flowproof addon; `Flowproof` calls it from its hooks.
+    """The MCP concern: every hook acts only on flows addressed to one of ``routes``.
 
-    ``events`` returns the run's event log (the owner may replace it on reconfigure).
-    Each hook returns True when the flow was MCP traffic (the owner then leaves it alone).
+    Built by the root addon's ``configure`` with the run's `Shared` and the
+    ``flowproof_mcp`` routes; the declared answers come from the spec's ``mcp:``.
     """
 
-    def __init__(self, events: Callable[[], EventLog]) -> None:
-        self._events = events
-        self.mode = "replay"
-        self.routes: tuple[McpRoute, ...] = ()
-        self.answers: dict[str, Mapping[str, Any]] = {}
-        self.replayer: McpReplayer | None = None
-        self.exchanges: list[McpExchange] = []
+    def __init__(self, shared: Shared, routes: Sequence[McpRoute] = ()) -> None:
+        self.shared = shared
+        self.mode = shared.config.mode.value
+        self.routes = tuple(routes)
+        spec = shared.config.spec
+        self.answers: dict[str, Mapping[str, Any]] = {
+            server.name: {t.name: t.result for t in server.tools if t.has_result}
+            for server in (spec.mcp if spec is not None else ())
+        }
+        recorded = shared.replayer.cassette.mcp if shared.replayer is not None else ()
+        self.replayer = McpReplayer(tuple(recorded)) if self.mode == "replay" else None
         self._pending: dict[str, _Pending] = {}
         self._ours: set[str] = set()
         self._legacy_reported = False
 
-    def configure(
-        self,
-        mode: str,
-        routes: Sequence[McpRoute],
-        answers: Mapping[str, Mapping[str, Any]],
-        recorded: Sequence[McpExchange],
-    ) -> None:
-        """Set up for one run: ``answers`` maps a route name to its declared tools' results."""
-        self.mode = mode
-        self.routes = tuple(routes)
-        self.answers = {name: dict(results) for name, results in answers.items()}
-        self.replayer = McpReplayer(tuple(recorded)) if mode == "replay" else None
-        self.exchanges = []
-        self._pending = {}
-        self._ours = set()
-
     def recorded(self) -> tuple[McpExchange, ...]:
         """The exchanges recorded so far, in the order they completed."""
-        return tuple(self.exchanges)
+        return tuple(self.shared.mcp_exchanges)
+
+    def _write(self, event: Any) -> None:
+        self.shared.events.write(event)
 
     def _route(self, req: http.Request) -> McpRoute | None:
         for route in self.routes:
@@ -104,21 +102,39 @@ class McpBoundary:
 
     # ------------------------------------------------------------------ request
 
-    def request(self, flow: http.HTTPFlow) -> bool:
+    # ------------------------------------------------------------------ hooks
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None or flow.error is not None:
+            return  # another addon already answered it
+        try:
+            self.handle_request(flow)
+        except Exception as e:  # noqa: BLE001 — a bug of ours must not let the call leave
+            self._ours.discard(flow.id)
+            self._pending.pop(flow.id, None)
+            self.shared.hook_failed(flow, "mcp request", e)
+            flow.response = http.Response.make(
+                500, miss_response("flowproof failed on this request; see its report"),
+                {"content-type": "application/json"},
+            )
+
+    def handle_request(self, flow: http.HTTPFlow) -> bool:
+        """Act on one request; True when it was MCP traffic."""
         req = flow.request
         route = self._route(req)
         if route is None:
             return False
         self._ours.add(flow.id)
-        events = self._events()
         body = req.content or b""
         decision = decide(req.method, {k.lower(): v for k, v in req.headers.items()}, body,
                           self.answers.get(route.name, {}))
         if isinstance(decision, Reject):
             flow.response = http.Response.make(decision.status, decision.body,
                                                {"content-type": decision.content_type})
-            events.write("mcp_rejected", id=flow.id, server=route.name,
-                         text=f"a request to MCP server `{route.name}` was refused: {decision.reason}")
+            self._write(McpRejectedEvent(
+                flow.id, route.name, f"a request to MCP server `{route.name}` was refused: {decision.reason}"
+            ))
+            log.info("mcp_rejected", flow_id=flow.id, server=route.name)
             return True
         if isinstance(decision, Answer):
             headers = {"content-type": decision.content_type}
@@ -133,10 +149,7 @@ class McpBoundary:
 
     def _write_calls(self, route: McpRoute, calls: Sequence[tuple[str, Any]], answered: bool) -> None:
         for name, arguments in calls:
-            self._events().write(
-                "mcp_call", server=route.name, name=name,
-                arguments=json.dumps(arguments, ensure_ascii=False), answered=answered,
-            )
+            self._write(McpCallEvent(route.name, name, json.dumps(arguments, ensure_ascii=False), answered))
 
     def _forward(self, flow: http.HTTPFlow, route: McpRoute, decision: Forward) -> None:
         req = flow.request
@@ -174,7 +187,8 @@ class McpBoundary:
                 f"flowproof replay diverged at the MCP boundary: a request to server `{route.name}` "
                 f"({summary or method}) matches no recorded exchange"
             )
-            self._events().write("divergence", id=flow.id, text=text, divergence=None)
+            self._write(DivergenceEvent(flow.id, text))
+            log.warning("mcp_unmatched", flow_id=flow.id, server=route.name)
             return
         headers = {"content-type": exchange.content_type} if exchange.content_type else {}
         if exchange.session:
@@ -183,12 +197,12 @@ class McpBoundary:
 
     # ------------------------------------------------------------------ response
 
-    def responseheaders(self, flow: http.HTTPFlow) -> bool:
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
         if flow.id not in self._ours:
-            return False
+            return
         response = flow.response
         if response is None or "text/event-stream" not in response.headers.get("content-type", "").lower():
-            return True
+            return
         pending = self._pending.get(flow.id)
         decoder = SSEDecoder()
         collected = pending.events if pending is not None else []
@@ -197,7 +211,6 @@ class McpBoundary:
         # Always streamed: the GET stream never ends, and a POST stream must reach the agent
         # as it comes. A copy of each chunk feeds the decoder.
         response.stream = self._tap(decoder, collected, flow.request.method == "GET")
-        return True
 
     def _tap(self, decoder: SSEDecoder, events: list[SSEEvent], is_get: bool) -> Callable[[bytes], bytes]:
         def tap(chunk: bytes) -> bytes:
@@ -207,22 +220,21 @@ class McpBoundary:
                 # The older HTTP+SSE transport answers POSTs on this stream: flowproof
                 # cannot answer or replay inside it yet, so say so instead of hanging.
                 self._legacy_reported = True
-                self._events().write(
-                    "error",
-                    text="this MCP server speaks the older HTTP+SSE transport, which flowproof's "
-                    "mcp: boundary does not support yet — use Streamable HTTP (docs/mcp.md)",
-                )
+                self._write(ErrorEvent(
+                    "this MCP server speaks the older HTTP+SSE transport, which flowproof's "
+                    "mcp: boundary does not support yet — use Streamable HTTP (docs/mcp.md)"
+                ))
             return chunk
 
         return tap
 
-    def response(self, flow: http.HTTPFlow) -> bool:
+    def response(self, flow: http.HTTPFlow) -> None:
         if flow.id not in self._ours:
-            return False
+            return
         self._ours.discard(flow.id)
         pending = self._pending.pop(flow.id, None)
         if pending is None or flow.response is None:
-            return True
+            return
         response = flow.response
         ctype = response.headers.get("content-type", "")
         exchange_events: tuple[str, ...] | None = None
@@ -237,9 +249,10 @@ class McpBoundary:
                 body = json.loads(response.content)
             except ValueError:
                 body = response.content.decode("utf-8", "replace")
-        self.exchanges.append(
+        exchanges = self.shared.mcp_exchanges
+        exchanges.append(
             McpExchange(
-                index=len(self.exchanges),
+                index=len(exchanges),
                 server=pending.route.name,
                 method=pending.method,
                 path=pending.path,
@@ -252,21 +265,26 @@ class McpBoundary:
                 events=exchange_events,
             )
         )
-        return True
 
-    def error(self, flow: http.HTTPFlow) -> bool:
+    def error(self, flow: http.HTTPFlow) -> None:
         if flow.id not in self._ours:
-            return False
+            return
         self._ours.discard(flow.id)
         pending = self._pending.pop(flow.id, None)
         if pending is not None and flow.request.method.upper() == "POST":
             reason = flow.error.msg if flow.error is not None else "unknown error"
-            self._events().write(
-                "error", id=flow.id,
-                text=f"the MCP server `{pending.route.name}` ({pending.route.url}) could not be "
+            self._write(ErrorEvent(
+                f"the MCP server `{pending.route.name}` ({pending.route.url}) could not be "
                 f"reached or failed: {reason} — is it running?",
-            )
-        return True
+                id=flow.id,
+            ))
+
+    def done(self) -> None:
+        # Runs before the concern's `done` event: a recorded exchange never asked for is a
+        # divergence of the trajectory, like a missing model call.
+        text = self.unconsumed_text()
+        if text is not None:
+            self._write(DivergenceEvent("", text))
 
     def unconsumed_text(self) -> str | None:
         """At replay: the recorded exchanges the agent never asked for, in words, or None."""

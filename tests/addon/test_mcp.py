@@ -9,12 +9,29 @@ from typing import Any
 from mitmproxy import http
 from mitmproxy.test import tflow, tutils
 
-from flowproof.addon.eventlog import EventLog
 from flowproof.addon.mcp import McpBoundary
+from flowproof.addon.options import AddonConfig, Mode
+from flowproof.addon.shared import Shared
+from flowproof.cassette import Cassette
 from flowproof.mcp import SESSION_PLACEHOLDER, McpExchange, exchange_key, parse_route
+from flowproof.replay import Replayer
+from flowproof.spec import load_spec
 
 ROUTE = parse_route("exports=http://127.0.0.1:8123/mcp")
-ANSWERS = {"exports": {"export_to_endpoint": {"ok": False}}}
+SPEC = """\
+name: n
+agent:
+  command: a
+mcp:
+  - name: {name}
+    url: {url}
+    tools:
+      - name: export_to_endpoint
+        result: {{ ok: false }}
+      - name: list_rows
+steps:
+  - prompt: x
+"""
 ACCEPT = "application/json, text/event-stream"
 
 
@@ -32,12 +49,17 @@ def tools_call(ident: int, name: str, arguments: dict[str, Any]) -> dict[str, An
     return {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
 
 
-def boundary(tmp_path: Path, mode: str, recorded: tuple[McpExchange, ...] = ()) -> tuple[McpBoundary, Path]:
+def boundary(
+    tmp_path: Path, mode: str, recorded: tuple[McpExchange, ...] = (),
+    name: str = "exports", url: str = "http://127.0.0.1:8123/mcp",
+) -> tuple[McpBoundary, Path]:
+    """The MCP concern for one run, as the root addon builds it (a spec, a shared state)."""
     log = tmp_path / "events.jsonl"
-    events = EventLog(log)
-    mcp = McpBoundary(lambda: events)
-    mcp.configure(mode, [ROUTE], ANSWERS, recorded)
-    return mcp, log
+    spec_path = tmp_path / "s.flow.yaml"
+    spec_path.write_text(SPEC.format(name=name, url=url), encoding="utf-8")
+    config = AddonConfig(mode=Mode(mode), report=log, spec=load_spec(spec_path))
+    replayer = Replayer(Cassette((), mcp=recorded)) if mode != "record" else None
+    return McpBoundary(Shared(config, replayer), [parse_route(f"{name}={url}")]), log
 
 
 def events_of(log: Path) -> list[dict[str, Any]]:
@@ -58,7 +80,7 @@ class TestEveryMode:
             (tmp_path / mode).mkdir()
             mcp, log = boundary(tmp_path / mode, mode)
             flow = mcp_flow(tools_call(4, "export_to_endpoint", {"rows": 100}))
-            assert mcp.request(flow) is True
+            assert mcp.handle_request(flow) is True
             assert flow.response is not None and flow.response.status_code == 200
             reply = json.loads(flow.response.content or b"")
             assert reply["id"] == 4 and reply["result"]["structuredContent"] == {"ok": False}
@@ -70,13 +92,12 @@ class TestEveryMode:
     def test_other_hosts_are_not_mcp_traffic(self, tmp_path: Path) -> None:
         mcp, _log = boundary(tmp_path, "replay")
         for flow in (mcp_flow({"x": 1}, port=9999), mcp_flow({"x": 1}, path="/other")):
-            assert mcp.request(flow) is False and flow.response is None
-            assert mcp.response(flow) is False
+            assert mcp.handle_request(flow) is False and flow.response is None
 
     def test_malformed_body_is_refused_with_a_jsonrpc_error(self, tmp_path: Path) -> None:
         mcp, log = boundary(tmp_path, "record")
         flow = mcp_flow(b"{oops")
-        assert mcp.request(flow)
+        assert mcp.handle_request(flow)
         assert flow.response is not None and flow.response.status_code == 400
         assert json.loads(flow.response.content or b"")["error"]["code"] == -32700
         assert events_of(log)[0]["event"] == "mcp_rejected"
@@ -86,10 +107,11 @@ class TestRecord:
     def test_forwarded_json_exchange_is_recorded(self, tmp_path: Path) -> None:
         mcp, log = boundary(tmp_path, "record")
         flow = mcp_flow(tools_call(2, "list_rows", {"limit": 5}))
-        assert mcp.request(flow) and flow.response is None  # goes to the server
+        assert mcp.handle_request(flow) and flow.response is None  # goes to the server
         assert events_of(log)[0]["answered"] is False
         respond(flow, {"jsonrpc": "2.0", "id": 2, "result": {"rows": []}}, **{"mcp-session-id": "s-1"})
-        assert mcp.responseheaders(flow) and mcp.response(flow)
+        mcp.responseheaders(flow)
+        mcp.response(flow)
         [exchange] = mcp.recorded()
         assert exchange.body == {"jsonrpc": "2.0", "id": 2, "result": {"rows": []}}
         assert exchange.session is True and exchange.path == ""
@@ -123,7 +145,7 @@ class TestRecord:
         flow = mcp_flow({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
         mcp.request(flow)
         flow.error = Error("connection refused")
-        assert mcp.error(flow)
+        mcp.error(flow)
         text = events_of(log)[-1]["text"]
         assert "the MCP server `exports` (http://127.0.0.1:8123/mcp)" in text and "connection refused" in text
 
@@ -140,7 +162,7 @@ class TestReplay:
     def test_served_once_with_the_live_id(self, tmp_path: Path) -> None:
         mcp, log = boundary(tmp_path, "replay", self.recorded())
         flow = mcp_flow({"jsonrpc": "2.0", "id": 7, "method": "tools/list"})
-        assert mcp.request(flow)
+        assert mcp.handle_request(flow)
         assert flow.response is not None
         assert json.loads(flow.response.content or b"") == {"jsonrpc": "2.0", "id": 7, "result": {"tools": []}}
         assert flow.response.headers["mcp-session-id"] == SESSION_PLACEHOLDER
@@ -158,18 +180,52 @@ class TestReplay:
         assert flow.response is not None and flow.response.status_code == 405
         text = mcp.unconsumed_text()
         assert text is not None and "mcp exchange 0 with `exports`: tools/list" in text
+        mcp.done()
+        assert events_of(_log)[-1]["event"] == "divergence"
+        assert "were never requested" in events_of(_log)[-1]["text"]
 
 
 def test_remote_https_server_is_caught_on_the_proxy_route(tmp_path: Path) -> None:
     """A request the agent sent through HTTPS_PROXY to the real remote url is MCP traffic too."""
-    events = EventLog(tmp_path / "events.jsonl")
-    mcp = McpBoundary(lambda: events)
-    mcp.configure("record", [parse_route("remote=https://mcp.example.com/v1/mcp")],
-                  {"remote": {"export_to_endpoint": {"ok": False}}}, ())
+    mcp, _log = boundary(tmp_path, "record", name="remote", url="https://mcp.example.com/v1/mcp")
     flow = mcp_flow(tools_call(1, "export_to_endpoint", {}), port=443, path="/v1/mcp")
     flow.request.scheme, flow.request.host = "https", "mcp.example.com"
-    assert mcp.request(flow) and flow.response is not None
+    assert mcp.handle_request(flow) and flow.response is not None
     assert json.loads(flow.response.content or b"")["result"]["structuredContent"] == {"ok": False}
     elsewhere = mcp_flow(tools_call(1, "export_to_endpoint", {}), port=443, path="/v2/mcp")
     elsewhere.request.scheme, elsewhere.request.host = "https", "mcp.example.com"
-    assert mcp.request(elsewhere) is False
+    assert mcp.handle_request(elsewhere) is False
+
+
+class TestInTheAddonChain:
+    """The MCP concern composed by the root addon, hooks invoked the way mitmproxy does."""
+
+    def test_record_then_replay_through_the_root(self, harness: Any, tmp_path: Path) -> None:
+        from flowproof.cassette import load_cassette
+
+        spec = tmp_path / "s.flow.yaml"
+        spec.write_text(SPEC.format(name="exports", url="http://127.0.0.1:8123/mcp"), encoding="utf-8")
+        cassette = tmp_path / "c.json"
+        options = {"flowproof_spec": str(spec), "flowproof_mcp": ["exports=http://127.0.0.1:8123/mcp"]}
+        harness.configure(flowproof_mode="record", flowproof_cassette=str(cassette), **options)
+        answered = mcp_flow(tools_call(1, "export_to_endpoint", {"rows": 3}))
+        harness.addon.request(answered)
+        assert answered.response is not None and b'"ok": false' in (answered.response.content or b"")
+        forwarded = mcp_flow(tools_call(2, "list_rows", {"limit": 1}))
+        harness.addon.request(forwarded)
+        assert forwarded.response is None
+        respond(forwarded, {"jsonrpc": "2.0", "id": 2, "result": {"rows": [1]}})
+        harness.addon.responseheaders(forwarded)
+        harness.addon.response(forwarded)
+        harness.addon.done()
+        saved = load_cassette(cassette)
+        assert saved.turns == () and [e.request["params"]["name"] for e in saved.mcp] == ["list_rows"]
+
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(cassette), **options)
+        again = mcp_flow(tools_call(9, "list_rows", {"limit": 1}))
+        harness.addon.request(again)
+        assert again.response is not None
+        assert json.loads(again.response.content or b"") == {"jsonrpc": "2.0", "id": 9, "result": {"rows": [1]}}
+        harness.addon.done()
+        assert [e["event"] for e in harness.events()][-1] == "done"
+        assert not harness.events("divergence")
