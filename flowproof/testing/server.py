@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import Any, Self, TextIO
 from urllib.parse import parse_qsl, urlsplit
 
-from flowproof.testing import anthropic, gemini, openai_chat, openai_responses
+# One renderer module per API, named as modules: `from flowproof.testing import …` would
+# make this module depend on the package __init__ that re-exports it (an import cycle).
+import flowproof.testing.anthropic as anthropic
+import flowproof.testing.gemini as gemini
+import flowproof.testing.openai_chat as openai_chat
+import flowproof.testing.openai_responses as openai_responses
 from flowproof.testing.base import DEFAULT_MODEL, Context, Rendered, render_error
 from flowproof.testing.capture import (
     CLIENT_CLOSED,

@@ -19,10 +19,7 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -422,73 +419,8 @@ class TestCodex:
 
 # --- a server that ends its bodies late -----------------------------------------------------
 
-
-class LateEnd:
-    """A TCP relay in front of a fake server that holds back the end of every chunked body.
-
-    A real API may send the end of a streamed body a little after its terminal event;
-    the fake server sends both at once. The relay forwards everything at once except
-    the chunked terminator (``0\\r\\n\\r\\n``), which it sends ``pause`` seconds later,
-    so a client that closes or resets right after the terminal event leaves first.
-    """
-
-    TERMINATOR = b"0\r\n\r\n"
-
-    def __init__(self, target: FakeModelServer, pause: float) -> None:
-        self.target_port = target.port
-        self.pause = pause
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.sockets: list[socket.socket] = [self.listener]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return  # the relay was closed
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            except OSError:
-                client.close()  # the fake server is gone: the proxy sees a reset, as it would
-                continue
-            self.sockets += [client, upstream]
-            threading.Thread(target=self._copy, args=(client, upstream, False), daemon=True).start()
-            threading.Thread(target=self._copy, args=(upstream, client, True), daemon=True).start()
-
-    def _copy(self, source: socket.socket, sink: socket.socket, hold_end: bool) -> None:
-        try:
-            while data := source.recv(65536):
-                if hold_end and data.endswith(self.TERMINATOR):
-                    sink.sendall(data[: -len(self.TERMINATOR)])
-                    time.sleep(self.pause)
-                    sink.sendall(self.TERMINATOR)
-                else:
-                    sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for end in (source, sink):
-                try:
-                    end.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        for sock in self.sockets:
-            sock.close()
-
-
-@pytest.fixture
-def late_end() -> Iterator[list[LateEnd]]:
-    relays: list[LateEnd] = []
-    yield relays
-    for relay in relays:
-        relay.close()
-
-
-#: Long enough that codex's reset always comes first, even on a loaded machine.
+#: Seconds between a stream's last event and the end of its body (the fake server's
+#: end_delay); long enough that codex's reset always comes first, even on a loaded machine.
 LATE_END_PAUSE = 0.3
 
 
@@ -496,18 +428,15 @@ class TestBodiesThatEndLate:
     """A record against a server that ends each body a moment after its terminal event."""
 
     def test_claude_code_records_and_replays(
-        self, real_agents: dict[str, Path], flowproof: Flowproof, late_end: list[LateEnd],
-        tmp_path: Path,
+        self, real_agents: dict[str, Path], flowproof: Flowproof, tmp_path: Path
     ) -> None:
         """Claude Code reads every body to its end: the late end costs time, nothing else."""
         place = Place.fresh(tmp_path / "record", "project")
         spec = claude_spec(place.project, real_agents["claude"])
         main, lanes = claude_script()
-        with FakeModelServer(main, lanes=lanes) as server:
-            relay = LateEnd(server, pause=LATE_END_PAUSE)
-            late_end.append(relay)
+        with FakeModelServer(main, lanes=lanes, end_delay=LATE_END_PAUSE) as server:
             recorded = run(
-                flowproof, place, spec, "--record", "--upstream", f"api.anthropic.com={relay.url}",
+                flowproof, place, spec, "--record", "--upstream", f"api.anthropic.com={server.url}",
                 keys=True,
             )
         assert recorded.code == 0, recorded.output
@@ -521,7 +450,7 @@ class TestBodiesThatEndLate:
         "record fails with exit 5 until a call that carried its terminal event counts as complete",
     )
     def test_codex_records_and_replays(
-        self, real_agents: dict[str, Path], flowproof: Flowproof, late_end: list[LateEnd],
+        self, real_agents: dict[str, Path], flowproof: Flowproof,
         fake_servers: list[FakeModelServer], tmp_path: Path,
     ) -> None:
         """codex's HTTP/2 reset after response.completed must not fail the record."""
@@ -529,11 +458,9 @@ class TestBodiesThatEndLate:
         place = Place.fresh(tmp_path / "record", "project")
         spec = codex_spec(place.project, real_agents["codex"])
         script = [Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}), Reply.text(CODEX_REPLY)]
-        with FakeModelServer(script) as server:
-            relay = LateEnd(server, pause=LATE_END_PAUSE)
-            late_end.append(relay)
+        with FakeModelServer(script, end_delay=LATE_END_PAUSE) as server:
             recorded = run(
-                flowproof, place, spec, "--record", "--upstream", f"api.openai.com={relay.url}",
+                flowproof, place, spec, "--record", "--upstream", f"api.openai.com={server.url}",
                 *side_hosts(side), keys=True,
             )
         assert recorded.code == 0, recorded.output
