@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flowproof.model import FinishReason, ToolCall, Turn
+from flowproof.model import FinishReason, RequestView, ToolCall, Turn
 
-__all__ = ["Thread", "Trajectory", "build_trajectory"]
+__all__ = ["Thread", "Trajectory", "build_trajectory", "thread_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +83,15 @@ def build_trajectory(turns: Sequence[Turn]) -> Trajectory:
     )
 
 
+def thread_key(request: RequestView) -> str:
+    """The key that puts a request in its thread: its system prompt (compare pairs by it too)."""
+    return request.system
+
+
 def _group_threads(ordered: tuple[Turn, ...]) -> tuple[Thread, ...]:
     groups: dict[str, list[Turn]] = {}
     for turn in ordered:
-        groups.setdefault(turn.request.system, []).append(turn)
+        groups.setdefault(thread_key(turn.request), []).append(turn)
     # dicts keep insertion order and `ordered` is sorted, so threads come out by first turn index.
     return tuple(
         Thread(system=system, turns=tuple(ts), text_size=sum(t.request.text_size for t in ts))

@@ -544,7 +544,7 @@ class Flowproof:
             self.events.write("error", id=flow_id, text=f"cannot compare turn {decision.turn.index}: {e}")
             return
         assert recorded_view is not None and live_view is not None  # turn_views always builds both
-        result = compare_responses(recorded_view, live_view, decision.turn.index)
+        result = compare_responses(recorded_view, live_view, turn=decision.turn.index)
         record_on_span(result)
         handler = self.config.compare_handler
         if handler is not None:
@@ -561,7 +561,7 @@ class Flowproof:
             self.events.write("compared", id=flow_id, result=result.to_json())
         else:
             self.events.write("drift", id=flow_id, text=result.render(), result=result.to_json())
-        _log.info("turn_compared", flow_id=flow_id, turn=result.turn_index, equal=result.equal)
+        _log.info("turn_compared", flow_id=flow_id, turn=result.turn, equal=result.equal)
 
 
 def _tap(decoder: SSEDecoder, events: list[SSEEvent]) -> Callable[[bytes], bytes]:

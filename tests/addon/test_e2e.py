@@ -158,8 +158,8 @@ class TestRecordReplay:
             assert rc == 0
             assert out["turns"][1]["text"] == "No flights today."
             assert proxy.stop() == 0
-        assert [e["result"]["turn_index"] for e in proxy.events("compared")] == [0]
-        assert [e["result"]["turn_index"] for e in proxy.events("drift")] == [1]
+        assert [e["result"]["turn"] for e in proxy.events("compared")] == [0]
+        assert [e["result"]["turn"] for e in proxy.events("drift")] == [1]
         assert cassette.read_bytes() == before
 
 
