@@ -16,7 +16,7 @@ Nothing here touches a cassette.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -112,6 +112,11 @@ class Difference:
             out["live"] = self.live
         return out
 
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Difference:
+        """The inverse of `to_json`."""
+        return cls(str(obj["path"]), obj.get("recorded", ABSENT), obj.get("live", ABSENT))
+
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
@@ -149,6 +154,17 @@ class RequestContext:
             "envelope": list(self.envelope),
             "fields": [f.to_json() for f in self.fields],
         }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> RequestContext:
+        """The inverse of `to_json`."""
+        return cls(
+            thread=int(obj["thread"]),
+            turn=int(obj["turn"]),
+            envelope=tuple(str(e) for e in obj["envelope"]),
+            fields=tuple(Difference.from_json(f) for f in obj["fields"]),
+            note=str(obj["note"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +251,36 @@ class CompareResult:
             "reason": self.reason,
             "context": self.context.to_json() if self.context else None,
         }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> CompareResult:
+        """The inverse of `to_json`: the runner rebuilds results from the proxy's event log.
+
+        Raises KeyError/ValueError/TypeError on a dict `to_json` did not make.
+        """
+        calls, finish, text = obj["tool_calls"], obj["finish_reason"], obj["text"]
+        kind = obj["kind"]
+        if kind not in ("paired", "extra", "missing"):
+            raise ValueError(f"unknown compare result kind {kind!r}")
+        context = obj.get("context")
+        return cls(
+            kind=kind,
+            equal=bool(obj["equal"]),
+            turn=obj["turn"],
+            live_call=obj["live_call"],
+            thread=int(obj["thread"]),
+            depth=int(obj["depth"]),
+            tool_calls_equal=bool(calls["equal"]),
+            recorded_tool_calls=tuple((c["name"], c["arguments"]) for c in calls["recorded"]),
+            live_tool_calls=tuple((c["name"], c["arguments"]) for c in calls["live"]),
+            finish_reason=FinishReasonComparison(
+                _reason(finish["recorded"]), _reason(finish["live"])
+            ),
+            text=TextComparison(text["status"], text["recorded"], text["live"]),
+            differences=tuple(Difference.from_json(d) for d in obj["differences"]),
+            reason=obj.get("reason"),
+            context=RequestContext.from_json(context) if context else None,
+        )
 
 
 class CassetteDriftError(FlowFailure):
@@ -459,6 +505,10 @@ def _row(r: CompareResult) -> str:
         f"{where} | thread {r.thread} | depth {r.depth} | {equal}"
         f" | finish reason {finish} | text {r.text.status or '-'}"
     )
+
+
+def _reason(value: str | None) -> FinishReason | None:
+    return FinishReason(value) if value is not None else None
 
 
 def _value(reason: FinishReason | None) -> str | None:

@@ -263,6 +263,22 @@ def drifted() -> list[CompareResult]:
     ]
 
 
+class TestFromJson:
+    def test_every_kind_round_trips(self) -> None:
+        """from_json rebuilds exactly what to_json wrote, through real JSON text."""
+        for result in drifted():
+            again = CompareResult.from_json(json.loads(json.dumps(result.to_json())))
+            assert again == result
+            assert again.render() == result.render()
+
+    def test_a_foreign_kind_is_refused(self) -> None:
+        """A dict with an unknown kind is not silently accepted."""
+        data = compare(text("a"), text("a")).to_json()
+        data["kind"] = "replayed"
+        with pytest.raises(ValueError, match="unknown compare result kind"):
+            CompareResult.from_json(data)
+
+
 class TestReports:
     def test_text_lists_every_result_then_the_first_drift_in_full(self) -> None:
         """Every result has a row; only the first drift is detailed, later ones are counted."""
