@@ -10,10 +10,11 @@ byte. Compare therefore pairs by place, never by bytes (docs/compare.md):
 - the depth: how many messages/items the request carries.
 
 Tie rule: when several unpaired recorded turns share a live call's thread and
-depth (concurrent calls of one conversation), the one whose newest user text
-equals the live call's wins, then the earliest recorded. Limit: two such calls
-with the same newest user text that complete in the opposite order live pair
-crosswise, so a difference between the two calls themselves reads as drift.
+depth (concurrent calls of one conversation), the one sent to the same API wins,
+then the one whose newest user text equals the live call's, then the earliest
+recorded. Limit: two such calls with the same API and newest user text that
+complete in the opposite order live pair crosswise, so a difference between the
+two calls themselves reads as drift.
 
 A live call with no counterpart is ``extra``; a recorded turn still unpaired
 when the run ends is ``missing``. Both are drift results like any other.
@@ -37,11 +38,12 @@ from flowproof.compare import (
     missing_result,
 )
 from flowproof.divergence import diff_fields, envelope_changes
+from flowproof.errors import FlowproofError
 from flowproof.model import FinishReason, RequestView, ResponseView, Turn
 from flowproof.normalize import looks_like_per_run_id
 from flowproof.trajectory import build_trajectory, thread_key
 
-__all__ = ["Call", "Pairer", "depth_of"]
+__all__ = ["Call", "Pairer", "UnreadableTurnError", "depth_of"]
 
 # What a call that got no response is compared as: it ended, in error, with nothing said.
 _NO_RESPONSE = ResponseView(text="", tool_calls=(), finish_reason=FinishReason.ERROR)
@@ -57,6 +59,19 @@ class Call:
 
     turn: Turn
     body: Any = None
+    #: Why the recorded response cannot be read (the call still has its place), or None.
+    problem: str | None = None
+
+
+class UnreadableTurnError(FlowproofError):
+    """A live call's place holds a recorded turn whose response cannot be read: nothing to compare."""
+
+    def __init__(self, turn: int, live_call: int, problem: str) -> None:
+        self.turn = turn
+        super().__init__(
+            f"live call {live_call} cannot be compared with recorded turn {turn}: its recorded"
+            f" response cannot be read ({problem}) — re-record the cassette"
+        )
 
 
 def depth_of(request: RequestView) -> int:
@@ -130,11 +145,11 @@ class Pairer:
                     reason=self._extra_reason(thread, depth),
                     context=context,
                 )
-            chosen = next(
-                (i for i in candidates if self._calls[i].turn.request.prompt == request.prompt),
-                candidates[0],
-            )
+            chosen = min(candidates, key=lambda i: self._tie_rank(i, request))
             candidates.remove(chosen)
+        problem = self._calls[chosen].problem
+        if problem is not None:
+            raise UnreadableTurnError(chosen, index, problem)
         recorded = self._calls[chosen].turn.response or _NO_RESPONSE
         return compare_responses(
             recorded,
@@ -165,6 +180,11 @@ class Pairer:
         return tuple(out)
 
     # ------------------------------------------------------------------ helpers
+
+    def _tie_rank(self, turn: int, live: RequestView) -> tuple[bool, bool, int]:
+        """The tie rule's order: the same API, then the same newest user text, then the earliest."""
+        recorded = self._calls[turn].turn.request
+        return (recorded.provider != live.provider, recorded.prompt != live.prompt, turn)
 
     def _extra_reason(self, thread: int, depth: int) -> str:
         depths = sorted({d for (th, d) in self._place.values() if th == thread})

@@ -6,12 +6,13 @@ import threading
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowproof.compare import Difference
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult, Turn
-from flowproof.pairing import Call, Pairer, depth_of
+from flowproof.pairing import Call, Pairer, UnreadableTurnError, depth_of
 
 MAIN = "You book flights."
 TITLE = "Write a five-word title for this conversation."
@@ -231,6 +232,24 @@ class TestTieRule:
         # Crosswise: each live answer is judged against the other call's recording.
         assert (first.turn, second.turn) == (0, 1)
         assert not first.equal and not second.equal
+
+    def test_the_same_api_wins_a_tie(self) -> None:
+        """Of two recorded turns at one place, the one sent to the live call's API is chosen."""
+        anthropic = replace(request(), provider="anthropic")
+        pairer = Pairer([call(0, anthropic, said("a")), call(1, request(), said("b"))])
+        assert pairer.pair(call(0, request(), said("b"))).turn == 1
+        assert pairer.pair(call(1, anthropic, said("a"))).turn == 0
+
+
+class TestUnreadableTurns:
+    def test_a_live_call_at_an_unreadable_turn_is_an_error_not_a_verdict(self) -> None:
+        """A recorded response no codec reads keeps its place; pairing there raises a clear error."""
+        pairer = Pairer([Call(Turn(0, request(), None), problem="content: missing")])
+        with pytest.raises(UnreadableTurnError, match="recorded response cannot be read") as info:
+            pairer.pair(call(3, request(), said("hi")))
+        assert info.value.turn == 0
+        assert "live call 3 cannot be compared with recorded turn 0" in str(info.value)
+        assert pairer.finish() == ()  # its place was taken: it is not also missing
 
 
 class TestRequestContext:

@@ -45,9 +45,11 @@ from flowproof.cassette import (
     turn_to_json,
     turn_views,
 )
-from flowproof.compare import compare_responses, record_on_span
+from flowproof.compare import CompareResult, record_on_span
 from flowproof.errors import FlowproofError, SpecError
-from flowproof.replay import Miss, Replayer, route_mismatch
+from flowproof.pairing import Call, Pairer
+from flowproof.model import Turn
+from flowproof.replay import Miss, Replayer, codec_view, route_mismatch
 from flowproof.wire import Codec, detect, is_model_host, normalize_host, parse_sse
 from flowproof.wire.sse import SSEDecoder, SSEEvent, encode_events
 
@@ -128,6 +130,7 @@ class Flowproof:
         self.config = AddonConfig()
         self.events = EventLog(None)
         self.replayer: Replayer | None = None
+        self.pairer: Pairer | None = None
         self.turns: list[RecordedTurn] = []
         self._completed = 0  # model calls completed (record and compare), the next turn index
         self._flows: dict[str, _FlowState] = {}
@@ -206,6 +209,7 @@ class Flowproof:
             raise exceptions.OptionsError(f"Cannot parse {e}") from None
 
         replayer: Replayer | None = None
+        pairer: Pairer | None = None
         if config.mode is Mode.RECORD:
             if config.cassette is None:
                 raise exceptions.OptionsError(
@@ -231,13 +235,17 @@ class Flowproof:
                 mismatch = route_mismatch(cassette.route, config.route)
                 if mismatch is not None:
                     raise exceptions.OptionsError(f"Cannot replay flowproof_cassette {config.cassette}: {mismatch}")
-            replayer = Replayer(cassette)
+            if config.mode is Mode.COMPARE:
+                pairer = _pairer(cassette, config)
+            else:
+                replayer = Replayer(cassette)
 
         if config.report != self.events.path:
             self.events.close()
             self.events = EventLog(config.report)
         self.config = config
         self.replayer = replayer
+        self.pairer = pairer
         self.turns = []
         self._completed = 0
         self._flows = {}
@@ -275,6 +283,12 @@ class Flowproof:
         try:
             if self.config.mode is Mode.RECORD:
                 self._save()
+            elif self.pairer is not None:
+                # Recorded turns no live call reached are results too, delivered like any other.
+                unreached = self.pairer.finish()
+                for result in unreached:
+                    self._deliver(None, result)
+                self.events.write("done", unconsumed=[r.turn for r in unreached], text="")
             elif self.replayer is not None:
                 missing = self.replayer.missing_divergence()
                 unconsumed = [t.index for t in self.replayer.unconsumed()]
@@ -527,41 +541,67 @@ class Flowproof:
         return RecordedResponse(response.status_code, headers, body=body, events=events, text=text)
 
     def _compare(self, flow_id: str, live: RecordedTurn) -> None:
-        assert self.replayer is not None  # configure builds it for compare
-        decision = self.replayer.decide(live.provider, live.request.body_sha256, live.request.body)
-        if isinstance(decision, Miss):
-            divergence = decision.divergence
-            text = "the live request matches no recorded turn\n" + divergence.render(
-                self._record_command(self.config)
-            )
-            self.events.write("drift", id=flow_id, text=text, result=None, divergence=divergence.to_json())
-            _log.warning("compare_unmatched", flow_id=flow_id, kind=divergence.kind)
+        assert self.pairer is not None  # configure builds it for compare
+        try:
+            view = turn_views(live)
+        except FlowproofError as e:
+            self.events.write("error", id=flow_id, text=f"cannot compare live call {live.index}: {e}")
             return
         try:
-            recorded_view = turn_views(decision.turn).response
-            live_view = turn_views(live).response
-        except FlowproofError as e:
-            self.events.write("error", id=flow_id, text=f"cannot compare turn {decision.turn.index}: {e}")
+            result = self.pairer.pair(Call(view, live.request.body))
+        except FlowproofError as e:  # the recorded turn at this place cannot be read
+            self.events.write("error", id=flow_id, text=str(e))
             return
-        assert recorded_view is not None and live_view is not None  # turn_views always builds both
-        result = compare_responses(recorded_view, live_view, turn=decision.turn.index)
+        self._deliver(flow_id, result)
+
+    def _deliver(self, flow_id: str | None, result: CompareResult) -> None:
+        """The seed's report step: the span, then the handler if there is one, else the verdict.
+
+        With a handler every result (equal or not, paired, extra or missing) goes to
+        it and it decides: an exception it raises rejects the result. Without one an
+        unequal result is drift. The cassette is never touched.
+        """
         record_on_span(result)
         handler = self.config.compare_handler
         if handler is not None:
             try:
                 handler(result)
-            except Exception as e:  # noqa: BLE001 — user code: report it, never crash the proxy
-                self.events.write(
-                    "error", id=flow_id,
-                    text=f"the compare handler {self.config.compare_handler_name} raised {type(e).__name__}: {e}",
+            except Exception as e:  # noqa: BLE001 — user code: its verdict, never a proxy crash
+                text = (
+                    f"the compare handler {self.config.compare_handler_name} rejected"
+                    f" {result.place()}: {type(e).__name__}: {e}"
                 )
-                return
-            self.events.write("compared", id=flow_id, result=result.to_json(), handled=True)
+                self.events.write("drift", id=flow_id, text=text, result=result.to_json(), handled=True)
+            else:
+                self.events.write("compared", id=flow_id, result=result.to_json(), handled=True)
         elif result.equal:
             self.events.write("compared", id=flow_id, result=result.to_json())
         else:
             self.events.write("drift", id=flow_id, text=result.render(), result=result.to_json())
-        _log.info("turn_compared", flow_id=flow_id, turn=result.turn, equal=result.equal)
+        _log.info("compared", flow_id=flow_id, kind=result.kind, turn=result.turn, equal=result.equal)
+
+
+def _pairer(cassette: Cassette, config: AddonConfig) -> Pairer:
+    """The compare pairer over every recorded turn (parsed once, here).
+
+    A turn whose response no codec reads keeps its place (a live call there gets an
+    error, not a verdict); a turn whose request cannot be read has no place at all.
+    """
+    calls = []
+    for turn in cassette.turns:
+        try:
+            calls.append(Call(turn_views(turn), turn.request.body))
+            continue
+        except FlowproofError as e:
+            problem = str(e)
+        request = codec_view(turn.provider, turn.request.body)
+        if request is None:
+            raise exceptions.OptionsError(
+                f"Cannot compare against flowproof_cassette {config.cassette}: the request of"
+                f" turn {turn.index} cannot be read ({problem}) — re-record the cassette"
+            )
+        calls.append(Call(Turn(turn.index, request, None), turn.request.body, problem=problem))
+    return Pairer(calls)
 
 
 def _tap(decoder: SSEDecoder, events: list[SSEEvent]) -> Callable[[bytes], bytes]:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowproof.errors import (
     EXIT_AGENT,
@@ -34,6 +34,9 @@ from flowproof.errors import (
 from flowproof.runner.agents import AgentRun, run_command_agent, run_url_agent
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, interpreter_first_path
 from flowproof.runner.proxy import ProxySettings, RunningProxy, start_proxy
+
+if TYPE_CHECKING:
+    from flowproof.compare import CompareResult
 
 MODES = ("replay", "record", "compare")
 #: Reverse listeners opened for ``agent.route: base_url``.
@@ -128,6 +131,8 @@ class FlowResult:
     startup_seconds: float | None = None
     duration: float = 0.0
     turns: int = 0
+    #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
+    compare: tuple[CompareResult, ...] = ()
     events: tuple[dict[str, Any], ...] = field(default=(), compare=False, repr=False)
 
     @property
@@ -339,6 +344,20 @@ def trajectory_turns(events: Sequence[dict[str, Any]]) -> list[Any]:
     return [turn_views(t) for t in cassette.turns]
 
 
+def _compare_results(events: Sequence[dict[str, Any]]) -> tuple[CompareResult, ...]:
+    """The structured compare results of the ``compared`` and ``drift`` events, in log order."""
+    from flowproof.compare import CompareResult
+
+    out = []
+    for e in events:
+        if e.get("event") in ("compared", "drift") and isinstance(e.get("result"), dict):
+            try:
+                out.append(CompareResult.from_json(e["result"]))
+            except (KeyError, ValueError, TypeError) as err:
+                raise ProxyError(f"the proxy logged a compare result flowproof cannot read: {err!r}") from None
+    return tuple(out)
+
+
 def _missing_text(events: Sequence[dict[str, Any]], existing: Any) -> str | None:
     done = next((e for e in reversed(events) if e.get("event") == "done"), None)
     if not done:
@@ -389,21 +408,18 @@ def _verdict(
         return tuple(str(e.get("text", "")) for e in events if e.get("event") == kind)
 
     divergences = texts("divergence")
-    drifts = texts("drift") if mode == "compare" else ()
+    compared = _compare_results(events) if mode == "compare" else ()
+    # A drift event carrying a plain unequal result is already in `compared`; only the
+    # others (a handler's rejection, a drift with no result) are listed on their own.
+    drifts = tuple(
+        str(e.get("text", ""))
+        for e in events
+        if e.get("event") == "drift" and (e.get("handled") or not isinstance(e.get("result"), dict))
+    ) if mode == "compare" else ()
     errors = texts("error")
     tls = texts("tls_failed")
     missing = _missing_text(events, existing) if mode == "replay" else None
     notes: list[str] = []
-    if mode == "compare":
-        # Fewer live calls than recorded is a changed trajectory, which compare-never-writes
-        # calls drift; a handler only sees per-call results, so it is noted for it instead.
-        fewer = _missing_text(events, existing)
-        if fewer:
-            text = f"the live run made fewer model calls than the recording — {fewer}"
-            if handler:
-                notes.append(text)
-            else:
-                drifts = (*drifts, text)
     base = FlowResult(
         spec_path=spec_path,
         name=spec.name,
@@ -414,6 +430,7 @@ def _verdict(
         drifts=drifts,
         missing=missing,
         errors=errors,
+        compare=compared,
         agent_stdout=run.stdout,
         agent_stderr=run.stderr,
         agent_returncode=run.returncode,
@@ -443,9 +460,9 @@ def _verdict(
         if mode == "record":
             message = "the proxy did not finish writing the recording — nothing was saved"
             return reject(_with(base, exit_code=EXIT_AGENT, error=message, notes=tuple(notes)))
-        if mode == "replay":
-            # The `done` event lists the recorded turns never requested: without it a run
-            # that skipped calls would pass unchecked.
+        if mode in ("replay", "compare"):
+            # The recorded turns never requested are found at shutdown: without the `done`
+            # event a run that skipped calls would pass unchecked.
             message = (
                 "the proxy stopped without its `done` event, so missing calls could not be "
                 "checked — see the proxy's errors above, then run again"
@@ -473,7 +490,8 @@ def _verdict(
     )
     if missing:
         return _with(result, exit_code=EXIT_DIVERGENCE)
-    if drifts and not handler:
+    # With a handler, it decides (a rejection is a drift text); without one, any unequal result.
+    if drifts or (not handler and any(not r.equal for r in compared)):
         return _with(result, exit_code=EXIT_DRIFT)
     if not all(s.passed for s in steps):
         return reject(_with(result, exit_code=EXIT_ASSERTION))
