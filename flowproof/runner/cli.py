@@ -1,6 +1,6 @@
 """The command line: ``flowproof-run`` and ``flowproof check|diff|show|env``.
 
-Names, options and exit codes are a contract (DESIGN.md, "The command line").
+Names, options and exit codes are a contract (docs/runner.md).
 Every `FlowproofError` is caught here and printed as one paragraph with no
 traceback; the process exits with the error's ``exit_code``.
 """
@@ -19,7 +19,13 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from flowproof.cassette import load_cassette
 from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, SpecError
+from flowproof.heal import diff_cassettes
+from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
+from flowproof.runner.flow import REVERSE_HOSTS, Cancel, RunOptions, run_flow
+from flowproof.runner.report import render_json, render_text, show_cassette, worst_exit, write_junit
+from flowproof.spec import load_spec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -157,8 +163,6 @@ def run_command(
     verbose: bool,
 ) -> None:
     """Run flow SPECs against their agents: replay (default), --record or --compare."""
-    from flowproof.runner.flow import Cancel, RunOptions, run_flow
-    from flowproof.runner.report import render_json, render_text, worst_exit, write_junit
 
     if cassette is not None and len(specs) > 1:
         raise FlowproofError("--cassette names one cassette, so it takes exactly one spec")
@@ -219,7 +223,6 @@ def cli() -> None:
 @_edge
 def check_command(specs: tuple[Path, ...]) -> None:
     """Validate SPECs without running anything."""
-    from flowproof.spec import load_spec
 
     bad = 0
     for path in specs:
@@ -241,8 +244,6 @@ def check_command(specs: tuple[Path, ...]) -> None:
 @_edge
 def diff_command(old: Path, new: Path) -> None:
     """The heal diff between two cassettes, turn by turn."""
-    from flowproof.cassette import load_cassette
-    from flowproof.runner.report import diff_cassettes
 
     text = diff_cassettes(load_cassette(old), load_cassette(new))
     click.echo(text or "no change in the trajectory")
@@ -253,8 +254,6 @@ def diff_command(old: Path, new: Path) -> None:
 @_edge
 def show_command(cassette: Path) -> None:
     """A cassette as a readable conversation."""
-    from flowproof.cassette import load_cassette
-    from flowproof.runner.report import show_cassette
 
     click.echo(show_cassette(load_cassette(cassette), cassette))
 
@@ -265,12 +264,10 @@ def show_command(cassette: Path) -> None:
 @_edge
 def env_command(proxy_port: int, base_url: bool) -> None:
     """Print the exports an agent started by hand needs (eval "$(flowproof env)")."""
-    from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
 
     ca = ensure_ca(default_ca_dir())
     reverse = {}
     if base_url:
-        from flowproof.runner.flow import REVERSE_HOSTS
 
         reverse = {h: f"http://127.0.0.1:{proxy_port + 1 + i}" for i, h in enumerate(REVERSE_HOSTS)}
     env = agent_env(

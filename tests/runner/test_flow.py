@@ -17,7 +17,10 @@ from flowproof.errors import (
     EXIT_OK,
     EXIT_USAGE,
 )
-from flowproof.runner.flow import RunOptions, rejected_path, run_flow, staging_path
+from flowproof.runner import flow as flow_module
+from flowproof.runner.flow import RunOptions, run_flow
+from flowproof.runner.proxy import ProxySettings
+from flowproof.runner.recording import rejected_path, staging_path
 
 from .conftest import FAKE_ADDON
 from .helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events, write_script, write_spec
@@ -186,7 +189,7 @@ class TestRecord:
 
 def result_json(kind: str = "paired", equal: bool = True, turn: int | None = 0) -> dict:
     """A compare result as the addon logs it."""
-    from flowproof.compare import extra_result, missing_result, compare_responses
+    from flowproof.compare import compare_responses, extra_result, missing_result
     from flowproof.model import FinishReason, ResponseView
 
     said = ResponseView("Booked.", (), FinishReason.STOP)
@@ -224,8 +227,11 @@ class TestCompare:
         assert result.exit_code == EXIT_OK, result
         assert [r.turn for r in result.compare] == [0, 1, 2]
 
-    def test_handler_decides(self, tmp_path: Path, opts) -> None:
+    def test_handler_decides(self, tmp_path: Path, opts, monkeypatch: pytest.MonkeyPatch) -> None:
         """With a handler, results it accepted pass, even unequal, extra and missing ones."""
+        seen: list[ProxySettings] = []
+        real_start = flow_module.start_proxy
+        monkeypatch.setattr(flow_module, "start_proxy", lambda s, **kw: seen.append(s) or real_start(s, **kw))
         spec = write_spec(tmp_path)
         with_cassette(spec)
         events = turn_events(BOOKING_TURNS) + [
@@ -236,7 +242,7 @@ class TestCompare:
         result = run_flow(spec, opts({"events": events}, mode="compare", compare_handler="mod:fn"))
         assert result.exit_code == EXIT_OK, result
         assert [r.kind for r in result.compare] == ["paired", "extra", "missing"]
-        assert result.events[0]["options"]["compare_handler"] == "mod:fn"
+        assert [s.compare_handler for s in seen] == ["mod:fn"]
 
     def test_handler_rejection_is_exit_4(self, tmp_path: Path, opts) -> None:
         """A result the handler rejected fails the run with its message, even an equal one."""
