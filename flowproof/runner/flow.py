@@ -22,6 +22,7 @@ from typing import Any
 from flowproof.assertions import evaluate
 from flowproof.cassette import Cassette, load_cassette, turn_views
 from flowproof.commands import record_command
+from flowproof.compare import CompareResult
 from flowproof.errors import (
     EXIT_OK,
     AgentError,
@@ -127,6 +128,8 @@ class FlowResult:
     startup_seconds: float | None = None
     duration: float = 0.0
     turns: int = 0
+    #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
+    compare: tuple[CompareResult, ...] = ()
     events: tuple[Event, ...] = field(default=(), compare=False, repr=False)
 
     @property
@@ -379,6 +382,7 @@ def _verdict(
         errors=verdict.errors,
         error=verdict.error,
         notes=(*verdict.notes, *(e.text for e in events if isinstance(e, McpRejectedEvent))),
+        compare=verdict.compare,
         agent_stdout=run.stdout,
         agent_stderr=run.stderr,
         agent_returncode=run.returncode,
