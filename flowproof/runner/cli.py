@@ -11,8 +11,9 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from functools import wraps
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -20,6 +21,13 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, SpecError
+from flowproof.runner.flags import (
+    check_cassette_flag,
+    check_extra_host,
+    check_proxy_port,
+    check_upstream_url,
+    redact_url,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,11 +63,7 @@ def parse_extra_hosts(values: Sequence[str], environ_value: str | None) -> tuple
     for item in (i.strip() for i in items):
         if not item:
             continue
-        if "/" in item or "=" in item or " " in item:
-            raise FlowproofError(
-                f"bad extra host `{item}` — give a bare host name, e.g. llm-gateway.internal"
-            )
-        hosts.append(item.lower())
+        hosts.append(check_extra_host(item))
     return tuple(dict.fromkeys(hosts))
 
 
@@ -71,9 +75,10 @@ def parse_upstream(values: Sequence[str], environ_value: str | None) -> tuple[st
         host, sep, url = item.partition("=")
         if not sep or not host.strip() or "://" not in url:
             raise FlowproofError(
-                f"bad upstream `{item}` — write HOST=URL, e.g. api.openai.com=http://127.0.0.1:8000"
+                f"bad upstream `{redact_url(item)}` — write HOST=URL, "
+                "e.g. api.openai.com=http://127.0.0.1:8000"
             )
-        out.append(f"{host.strip()}={url.strip()}")
+        out.append(f"{host.strip()}={check_upstream_url(host.strip(), url.strip())}")
     return tuple(out)
 
 
@@ -114,6 +119,44 @@ def _on_signals(cancel: Any) -> Callable[[], None]:
             signal.signal(sig, handler)
 
     return restore
+
+
+#: After SIGINT/SIGTERM, how long the flows get to stop their agents and proxies and report
+#: the interruption before the runner exits anyway ("signals always win").
+CANCEL_GRACE = 0.7
+
+
+def _run_flows(selected: Sequence[Path], options: Any, jobs: int, cancel: Any,
+               run_flow: Callable[[Path, Any], Any]) -> list[Any]:
+    """Run the flows on a pool; the main thread only waits, so a signal is handled at once.
+
+    A flow can be busy where it cannot look at `cancel` (a regex search, a long
+    assertion): once the grace has passed after a signal, the runner exits with
+    128 + the signal number without waiting for it. Nothing is recorded then: a
+    recording only becomes a cassette by an atomic rename, and the proxy dies with
+    the runner (see runner/proxy.py).
+    """
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    futures = [pool.submit(run_flow, p, options) for p in selected]
+    signalled_at: float | None = None
+    try:
+        while not all(f.done() for f in futures):
+            wait(futures, timeout=0.05, return_when=FIRST_COMPLETED)
+            if cancel.is_set() and signalled_at is None:
+                signalled_at = time.monotonic()
+            if signalled_at is not None and time.monotonic() - signalled_at > CANCEL_GRACE:
+                from flowproof.runner.flow import STAGED, Interrupted
+
+                for staged in list(STAGED):
+                    staged.unlink(missing_ok=True)
+                click.echo(f"flowproof: {Interrupted(cancel.signum)}", err=True)
+                sys.stderr.flush()
+                sys.stdout.flush()
+                # Not sys.exit: it would wait for the busy worker threads.
+                os._exit(Interrupted(cancel.signum).exit_code)
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 _SPEC_ARG = click.argument(
@@ -165,12 +208,18 @@ def run_command(
     if proxy_port and (jobs > 1) and len(specs) > 1:
         raise FlowproofError("--proxy-port fixes one port, so it cannot be used with -j N > 1")
     selected = select_shard(specs, parse_shard(shard))
+    # Every flag is checked before any flow starts (exit 2, one line; URLs shown redacted).
+    parsed_upstream = parse_upstream(upstream, os.environ.get("FLOWPROOF_UPSTREAM"))
+    parsed_hosts = parse_extra_hosts(extra_hosts, os.environ.get("FLOWPROOF_EXTRA_HOSTS"))
+    check_proxy_port(proxy_port)
+    if cassette is not None:
+        check_cassette_flag(str(cassette))
     cancel = Cancel()
     options = RunOptions(
         mode=mode,
         cassette=cassette,
-        upstream=parse_upstream(upstream, os.environ.get("FLOWPROOF_UPSTREAM")),
-        extra_hosts=parse_extra_hosts(extra_hosts, os.environ.get("FLOWPROOF_EXTRA_HOSTS")),
+        upstream=parsed_upstream,
+        extra_hosts=parsed_hosts,
         proxy_port=proxy_port,
         timeout=timeout,
         compare_handler=compare_handler,
@@ -183,11 +232,13 @@ def run_command(
         # their own sessions, so only the runner can stop them.
         restore = _on_signals(cancel)
         try:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                results = list(pool.map(lambda p: run_flow(p, options), selected))
+            results = _run_flows(selected, options, jobs, cancel, run_flow)
         finally:
             restore()
     code = worst_exit(results)
+    if cancel.is_set():
+        # A flow that finished before the signal does not hide it: the run was interrupted.
+        code = 128 + int(cancel.signum or signal.SIGINT)
     if as_json:
         click.echo(render_json(results))
     elif selected:
@@ -219,16 +270,21 @@ def cli() -> None:
 @_edge
 def check_command(specs: tuple[Path, ...]) -> None:
     """Validate SPECs without running anything."""
-    from flowproof.spec import load_spec
+    from flowproof.spec import load_spec, unresolved_problems
 
     bad = 0
     for path in specs:
         try:
-            load_spec(path)
+            spec = load_spec(path)
         except SpecError as e:
             bad += 1
             for problem in e.problems:
                 click.echo(str(problem), err=True)
+            continue
+        # flowproof-run refuses these with the same words; here the environment may
+        # legitimately differ from the one the flow will run in, so they only warn.
+        for problem in unresolved_problems(spec, os.environ):
+            click.echo(f"warning: {problem}", err=True)
     ok = len(specs) - bad
     click.echo(f"{ok} spec{'s' if ok != 1 else ''} OK" + (f", {bad} invalid" if bad else ""))
     if bad:
@@ -285,9 +341,21 @@ def env_command(proxy_port: int, base_url: bool) -> None:
 
 
 def _standalone(command: click.Command, argv: Sequence[str] | None) -> NoReturn:
-    # standalone_mode makes click exit itself; the final exit only satisfies NoReturn.
-    command.main(args=list(argv) if argv is not None else None, standalone_mode=True)
-    sys.exit(EXIT_OK)
+    args = list(argv) if argv is not None else None
+    try:
+        code = command.main(args=args, standalone_mode=False)
+    except click.UsageError as e:
+        # A bad option value is one line like every other flowproof error (click's own
+        # form is three: usage, a help hint and the error).
+        click.echo(f"flowproof: {e.format_message()} — see --help", err=True)
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
 def run_main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -33,9 +33,12 @@ from flowproof.errors import (
 )
 from flowproof.runner.agents import AgentRun, run_command_agent, run_url_agent
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, interpreter_first_path
-from flowproof.runner.proxy import ProxySettings, RunningProxy, start_proxy
+from flowproof.runner.proxy import ProxySettings, RunningProxy, scratch_prefix, start_proxy
 
 MODES = ("replay", "record", "compare")
+#: Staging files of the recordings in progress: a runner that must exit at once after a
+#: signal (a flow stuck where it cannot see the cancel) removes them on its way out.
+STAGED: set[Path] = set()
 #: Reverse listeners opened for ``agent.route: base_url``.
 REVERSE_HOSTS = ("api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com")
 
@@ -216,11 +219,12 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
     target = staging_path(cassette) if mode == "record" else cassette
     if mode == "record":
         target.unlink(missing_ok=True)
+        STAGED.add(target)
     handler = options.compare_handler or spec.on_compare
     upstream = tuple(options.upstream)
     cancel = options.cancel
     try:
-        with tempfile.TemporaryDirectory(prefix="flowproof-run-") as scratch:
+        with tempfile.TemporaryDirectory(prefix=scratch_prefix("run")) as scratch:
             settings = ProxySettings(
                 mode=mode,
                 cassette=target,
@@ -261,12 +265,14 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             handler=handler,
             timeout=timeout,
             startup=proxy.startup_seconds,
+            cancel=cancel,
         )
     finally:
         # A verdict keeps (os.replace) or rejects the staging file; on any other way out
         # (an agent that could not start, an error, Ctrl-C) nothing may be left behind.
         if mode == "record":
             target.unlink(missing_ok=True)
+            STAGED.discard(target)
 
 
 def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: bool) -> Any:
@@ -381,6 +387,7 @@ def _verdict(
     handler: str | None,
     timeout: float,
     startup: float,
+    cancel: Cancel | None = None,
 ) -> FlowResult:
     from flowproof.assertions import evaluate
     from flowproof.trajectory import build_trajectory
@@ -477,6 +484,9 @@ def _verdict(
         return _with(result, exit_code=EXIT_DRIFT)
     if not all(s.passed for s in steps):
         return reject(_with(result, exit_code=EXIT_ASSERTION))
+    if cancel is not None and cancel.is_set():
+        # A signal during the assertions: the verdict is moot and nothing may be recorded.
+        raise Interrupted(cancel.signum)
     if mode == "record":
         return _keep_recording(result, cassette, existing, staging)
     return result
