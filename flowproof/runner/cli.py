@@ -24,6 +24,7 @@ from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, SpecError
 from flowproof.runner.flags import (
     check_cassette_flag,
     check_extra_host,
+    check_one_writer,
     check_proxy_port,
     check_upstream_url,
     redact_url,
@@ -121,6 +122,19 @@ def _on_signals(cancel: Any) -> Callable[[], None]:
     return restore
 
 
+def _cassettes_of(specs: Sequence[Path]) -> list[tuple[Path, Path]]:
+    """(spec, cassette) of each spec that loads; a spec that does not is reported by its flow."""
+    from flowproof.spec import load_spec
+
+    pairs = []
+    for path in specs:
+        try:
+            pairs.append((path, load_spec(path).cassette))
+        except FlowproofError:
+            continue
+    return pairs
+
+
 #: After SIGINT/SIGTERM, how long the flows get to stop their agents and proxies and report
 #: the interruption before the runner exits anyway ("signals always win").
 CANCEL_GRACE = 0.7
@@ -182,6 +196,7 @@ _SPEC_ARG = click.argument(
 @click.option("-j", "jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Flows to run in parallel.")
 @click.option("--shard", metavar="I/N", help="Run only shard I of N (1-based, by sorted spec path).")
 @click.option("--compare-handler", metavar="MODULE:FUNC", help="Receive each compare result instead of failing on drift.")
+@click.option("--allow-error-turns", is_flag=True, help="With --record: keep a recording whose turns hold an HTTP error status (the flow tests error handling).")
 @click.option("-v", "--verbose", is_flag=True, help="Show every step, the agent output and timings.")
 @_edge
 def run_command(
@@ -197,6 +212,7 @@ def run_command(
     jobs: int,
     shard: str | None,
     compare_handler: str | None,
+    allow_error_turns: bool,
     verbose: bool,
 ) -> None:
     """Run flow SPECs against their agents: replay (default), --record or --compare."""
@@ -214,6 +230,8 @@ def run_command(
     check_proxy_port(proxy_port)
     if cassette is not None:
         check_cassette_flag(str(cassette))
+    if mode == "record" and len(selected) > 1:
+        check_one_writer(_cassettes_of(selected))
     cancel = Cancel()
     options = RunOptions(
         mode=mode,
@@ -224,6 +242,7 @@ def run_command(
         timeout=timeout,
         compare_handler=compare_handler,
         cancel=cancel,
+        allow_error_turns=allow_error_turns,
     )
     results = []
     if selected:
@@ -298,9 +317,13 @@ def check_command(specs: tuple[Path, ...]) -> None:
 def diff_command(old: Path, new: Path) -> None:
     """The heal diff between two cassettes, turn by turn."""
     from flowproof.cassette import load_cassette
+    from flowproof.cassette_check import check_cassette, error_turns
     from flowproof.runner.report import diff_cassettes
 
-    text = diff_cassettes(load_cassette(old), load_cassette(new))
+    before, after = load_cassette(old), load_cassette(new)
+    check_cassette(before, old)
+    check_cassette(after, new)
+    text = "\n".join([*error_turns(after), diff_cassettes(before, after)]).strip()
     click.echo(text or "no change in the trajectory")
 
 
@@ -310,9 +333,12 @@ def diff_command(old: Path, new: Path) -> None:
 def show_command(cassette: Path) -> None:
     """A cassette as a readable conversation."""
     from flowproof.cassette import load_cassette
+    from flowproof.cassette_check import check_cassette
     from flowproof.runner.report import show_cassette
 
-    click.echo(show_cassette(load_cassette(cassette), cassette))
+    loaded = load_cassette(cassette)
+    check_cassette(loaded, cassette)
+    click.echo(show_cassette(loaded, cassette))
 
 
 @cli.command("env")

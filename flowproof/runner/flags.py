@@ -10,13 +10,16 @@ never reaches the terminal or a report.
 from __future__ import annotations
 
 import errno
+import os
 import re
 import socket
+from collections.abc import Sequence
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from flowproof.errors import FlowproofError
 
-__all__ = ["check_cassette_flag", "check_extra_host", "check_proxy_port", "check_upstream_url",
+__all__ = ["check_cassette_flag", "check_one_writer", "check_extra_host", "check_proxy_port", "check_upstream_url",
            "redact_url"]
 
 # A DNS name or an IPv4 address, with an optional port: what mitmproxy can route on.
@@ -104,3 +107,17 @@ def check_cassette_flag(path: str) -> None:
                 f"bad --cassette {path}: a `*{suffix}` file is {what}, not a cassette — "
                 "name the `*.cassette.json` file"
             )
+
+
+def check_one_writer(cassettes: Sequence[tuple[Path, Path]]) -> None:
+    """(spec, cassette) pairs of one ``--record`` run: no two specs may record one cassette,
+    or one recording would silently replace the other."""
+    seen: dict[Path, Path] = {}
+    for spec, cassette in cassettes:
+        key = Path(os.path.abspath(cassette))
+        if key in seen:
+            raise FlowproofError(
+                f"{seen[key]} and {spec} both record {cassette}, so one recording would be "
+                "lost — give each spec its own `cassette:`, or record them in separate runs"
+            )
+        seen[key] = spec

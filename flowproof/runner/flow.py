@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,10 @@ from flowproof.errors import (
     FlowproofError,
     ProxyError,
 )
+from flowproof.cassette_check import check_cassette, error_turns
 from flowproof.runner.agents import AgentRun, run_command_agent, run_url_agent
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, interpreter_first_path
+from flowproof.runner.lock import cassette_lock
 from flowproof.runner.proxy import ProxySettings, RunningProxy, scratch_prefix, start_proxy
 
 MODES = ("replay", "record", "compare")
@@ -92,6 +95,8 @@ class RunOptions:
     proxy_timeout: float = 20.0
     #: Set by the CLI's signal handler: running flows stop at once (see `Cancel`).
     cancel: Cancel | None = None
+    #: Keep a recording whose turns hold an HTTP error status (the flow tests error handling).
+    allow_error_turns: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +137,8 @@ class FlowResult:
     duration: float = 0.0
     turns: int = 0
     events: tuple[dict[str, Any], ...] = field(default=(), compare=False, repr=False)
+    #: Why an exit-5 flow failed, for advice that fits: "timeout", "upstream", "crash" or None.
+    failure: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -216,6 +223,11 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
         )
 
     ca = ensure_ca(options.ca_dir or default_ca_dir(environ))
+    # One writer per cassette: held until the recording is kept or rejected (the staging
+    # path is shared too, so it is only touched under the lock).
+    held = ExitStack()
+    if mode == "record":
+        held.enter_context(cassette_lock(cassette))
     target = staging_path(cassette) if mode == "record" else cassette
     if mode == "record":
         target.unlink(missing_ok=True)
@@ -266,6 +278,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             timeout=timeout,
             startup=proxy.startup_seconds,
             cancel=cancel,
+            allow_error_turns=options.allow_error_turns or spec.allow_error_turns,
         )
     finally:
         # A verdict keeps (os.replace) or rejects the staging file; on any other way out
@@ -273,6 +286,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
         if mode == "record":
             target.unlink(missing_ok=True)
             STAGED.discard(target)
+        held.close()
 
 
 def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: bool) -> Any:
@@ -282,6 +296,8 @@ def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: boo
     if required and not cassette.exists():
         raise CassetteNotFoundError(cassette, command)
     loaded = load_cassette(cassette, record_command=command)
+    # A cassette is checked whole before the proxy serves any of it (exit 2, turn and field).
+    check_cassette(loaded, cassette)
     if required and loaded.route != route:
         raise CassetteError(
             cassette,
@@ -388,6 +404,7 @@ def _verdict(
     timeout: float,
     startup: float,
     cancel: Cancel | None = None,
+    allow_error_turns: bool = False,
 ) -> FlowResult:
     from flowproof.assertions import evaluate
     from flowproof.trajectory import build_trajectory
@@ -441,10 +458,14 @@ def _verdict(
         # Turns left unconsumed after a divergence are its cascade, not news: not reported.
         return reject(_with(base, exit_code=EXIT_DIVERGENCE, missing=None))
     agent_error = _agent_error(run, timeout, tls)
+    # An agent that dies after its model call failed upstream is a casualty, not the cause.
+    upstream = any(_UPSTREAM_FAULT in e for e in errors)
     if agent_error is not None:
-        return reject(_with(base, exit_code=EXIT_AGENT, error=agent_error))
+        failure = "timeout" if run.timed_out else ("upstream" if upstream else "crash")
+        return reject(_with(base, exit_code=EXIT_AGENT, error=agent_error, failure=failure))
     if errors:
-        return reject(_with(base, exit_code=EXIT_AGENT, error=errors[0]))
+        return reject(_with(base, exit_code=EXIT_AGENT, error=errors[0],
+                            failure="upstream" if upstream else None))
     if not any(e.get("event") == "done" for e in events):
         notes.append("the proxy did not report a clean shutdown (no `done` event)")
         if mode == "record":
@@ -488,11 +509,12 @@ def _verdict(
         # A signal during the assertions: the verdict is moot and nothing may be recorded.
         raise Interrupted(cancel.signum)
     if mode == "record":
-        return _keep_recording(result, cassette, existing, staging)
+        return _keep_recording(result, cassette, existing, staging, allow_error_turns, reject)
     return result
 
 
-def _keep_recording(result: FlowResult, cassette: Path, existing: Any, staging: Path) -> FlowResult:
+def _keep_recording(result: FlowResult, cassette: Path, existing: Any, staging: Path,
+                    allow_error_turns: bool = False, reject: Any = None) -> FlowResult:
     from flowproof.cassette import load_cassette
 
     if result.turns == 0:
@@ -504,13 +526,28 @@ def _keep_recording(result: FlowResult, cassette: Path, existing: Any, staging: 
         )
     if not staging.exists():
         raise ProxyError("the proxy did not write the recording — see its errors above")
+    recorded = load_cassette(staging)
+    # An error status is usually a flaky upstream, not the behaviour the flow means to pin.
+    errors = error_turns(recorded)
+    if errors and not allow_error_turns and reject is not None:
+        return reject(_with(
+            result, exit_code=EXIT_AGENT, notes=(*result.notes, *errors), failure="upstream",
+            error=f"{errors[0]}; a cassette with error turns is not kept — record again when "
+                  "the upstream is healthy, or pass --allow-error-turns (spec key "
+                  "`allow_error_turns: true`) if this flow tests error handling"))
     heal = None
     if existing is not None:
         from flowproof.runner.report import diff_cassettes
 
-        heal = diff_cassettes(existing, load_cassette(staging))
+        heal = diff_cassettes(existing, recorded)
+    if errors:
+        heal = "\n".join([*errors, heal or ""]).strip()
     os.replace(staging, cassette)
-    return _with(result, heal_diff=heal)
+    return _with(result, heal_diff=heal, notes=(*result.notes, *errors))
+
+
+#: How the proxy words a model call that the upstream broke off (a cut, a refused connection).
+_UPSTREAM_FAULT = "failed before it completed"
 
 
 def _step_source(step: Any) -> str:

@@ -68,7 +68,7 @@ _NULL, _BOOL, _INT, _FLOAT, _STR = (_TAG + t for t in ("null", "bool", "int", "f
 _TIMESTAMP = _TAG + "timestamp"
 
 _TOP_KEYS = ("name", "app", "agent", "tools", "mcp", "strict", "cassette", "volatile",
-             "on_compare", "steps")
+             "on_compare", "steps", "allow_error_turns")
 _AGENT_KEYS = ("command", "url", "env", "timeout", "cwd", "route")
 _TOOL_KEYS = ("name", "result")
 _MCP_KEYS = ("name", "url", "tools")
@@ -350,6 +350,10 @@ class _Walker:
         strict = False
         if "strict" in entries:
             strict = bool(self.boolean(entries["strict"][1], "`strict`"))
+        allow_error_turns = False
+        if "allow_error_turns" in entries:
+            allow_error_turns = bool(self.boolean(entries["allow_error_turns"][1],
+                                                  "`allow_error_turns`"))
 
         cassette = default_cassette_path(self.spec_path)
         if "cassette" in entries:
@@ -400,6 +404,7 @@ class _Walker:
             steps=steps,
             on_compare=on_compare,
             location=self.loc(root),
+            allow_error_turns=allow_error_turns,
         )
 
     def agent(self, key: Node, node: Node) -> AgentSpec | None:

@@ -150,6 +150,8 @@ class FlowSpec:
     #: "module:function" to receive each compare result instead of failing on drift.
     on_compare: str | None = None
     location: Location = field(compare=False, default=Location("", 1, 1))
+    #: The flow tests error handling: a recording whose turns hold an HTTP error status is kept.
+    allow_error_turns: bool = False
 
     @property
     def prompts(self) -> tuple[PromptStep, ...]:
