@@ -14,7 +14,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -514,7 +514,8 @@ def _verdict(
 
 
 def _keep_recording(result: FlowResult, cassette: Path, existing: Any, staging: Path,
-                    allow_error_turns: bool = False, reject: Any = None) -> FlowResult:
+                    allow_error_turns: bool = False,
+                    reject: Callable[[FlowResult], FlowResult] | None = None) -> FlowResult:
     from flowproof.cassette import load_cassette
 
     if result.turns == 0:

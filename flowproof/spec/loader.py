@@ -771,14 +771,14 @@ class _CountingLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             node = super().compose_node(parent, index)
             if node is not None:
                 self.aliases.append((event.start_mark, node))
                 if len(self.aliases) > MAX_ALIASES:
                     raise _TooManyAliases(event.start_mark)
             return node
-        return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        return super().compose_node(parent, index)
 
 
 class _TooManyAliases(Exception):

@@ -88,7 +88,8 @@ def compile_bounded(text: str) -> BoundedPattern:
     except (re.error, regex.error) as e:
         pos = getattr(e, "pos", None)
         where = f" at position {pos}" if pos is not None else ""
-        raise ValueError(f"bad regular expression `{text}`: {e.msg}{where}") from None
+        reason = getattr(e, "msg", None) or str(e)
+        raise ValueError(f"bad regular expression `{text}`: {reason}{where}") from None
     except (OverflowError, RecursionError, ValueError, MemoryError) as e:
         raise ValueError(f"bad regular expression `{text}`: {e}") from None
     return BoundedPattern(text, compiled)
