@@ -1,12 +1,11 @@
-"""The JSON cassette: recorded turns, their (de)serialization, redaction, and atomic saving.
+"""The JSON cassette: recorded turns, their (de)serialization, and atomic saving.
 
 The format ("format 1") is specified in ``docs/internals.md`` and explained for
 reviewers in ``docs/cassette.md``. Everything here is pure except `load_cassette`
 and `save_cassette`, the only two functions that touch the file system.
 
-Secrets never reach a cassette: request and response headers pass an
-allow-list (`filter_headers`), and key-bearing query parameters are dropped
-from URLs (`redact_url`) before a `RecordedRequest` is built by the recorder.
+What may reach a cassette at all (the header allow-list, URLs without keys) is
+decided before a turn is built, in `flowproof.redact`.
 
 >>> turn = RecordedTurn(
 ...     index=0,
@@ -21,37 +20,35 @@ True
 
 from __future__ import annotations
 
-import codecs
 import functools
-import hashlib
 import json
 import os
+import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
-from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
+from flowproof.commands import GENERIC_RECORD_COMMAND
 from flowproof.errors import CassetteError, CassetteNotFoundError
 from flowproof.model import FinishReason, ResponseView, Turn
-from flowproof.wire.sse import SSEEvent
+from flowproof.wire import Codec, codec_by_name
+from flowproof.wire.sse import SSEEvent, canonical_raw, encode_events
 
 __all__ = [
-    "ALLOWED_HEADERS",
     "CASSETTE_FORMAT",
     "Cassette",
     "RecordedRequest",
     "RecordedResponse",
     "RecordedTurn",
     "Route",
-    "body_sha256",
     "dumps_cassette",
-    "filter_headers",
     "load_cassette",
     "loads_cassette",
-    "redact_url",
     "save_cassette",
+    "turn_from_json",
+    "turn_to_json",
     "turn_views",
 ]
 
@@ -61,42 +58,7 @@ CASSETTE_FORMAT = 1
 Route = Literal["proxy", "base_url"]
 _ROUTES: tuple[str, ...] = ("proxy", "base_url")
 
-#: Header names (lowercase) a cassette may keep. An allow-list, never a deny-list:
-#: a header nobody thought of cannot leak (DESIGN.md, "Real agents").
-ALLOWED_HEADERS: frozenset[str] = frozenset(
-    {
-        "content-type",
-        "anthropic-version",
-        "anthropic-beta",
-        "openai-beta",
-        "openai-version",
-        "x-goog-api-version",
-    }
-)
-
-# Query parameter names that carry credentials (Gemini's ``?key=``, signed URLs, OAuth).
-_SECRET_PARAMS: frozenset[str] = frozenset(
-    {
-        "key",
-        "api-key",
-        "api_key",
-        "apikey",
-        "token",
-        "access_token",
-        "refresh_token",
-        "id_token",
-        "sig",
-        "signature",
-        "code",
-        "client_secret",
-        "password",
-        "secret",
-    }
-)
-_SECRET_PARAM_SUFFIXES: tuple[str, ...] = ("-key", "_key", "-token", "_token", "_secret", "-secret")
-
 _FIX_HINT = "re-record it or restore it from version control"
-_DEFAULT_RECORD_COMMAND = "flowproof-run <spec> --record"
 
 # The compact JSON form a parsed body is re-emitted as (and hashed from in views).
 _COMPACT: dict[str, Any] = {"ensure_ascii": False, "separators": (",", ":")}
@@ -144,8 +106,6 @@ class RecordedResponse:
         JSON body is re-emitted compactly (its original whitespace is not kept).
         """
         if self.events is not None:
-            from flowproof.wire.sse import encode_events
-
             return encode_events(self.events)
         if self.body is not None:
             try:
@@ -177,67 +137,7 @@ class Cassette:
     format: int = CASSETTE_FORMAT
 
 
-# --------------------------------------------------------------------------- redaction
-
-
-def filter_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Keep only allow-listed headers, with lowercased names and sorted for stable diffs.
-
-    Repeated headers are joined with ``", "`` as HTTP allows. Everything not in
-    `ALLOWED_HEADERS` is dropped, credentials and cookies included.
-
-    >>> filter_headers({"Content-Type": "application/json", "Authorization": "Bearer sk-x"})
-    {'content-type': 'application/json'}
-    """
-    pairs: Iterable[tuple[str, str]]
-    if isinstance(headers, Mapping):
-        pairs = cast(Mapping[str, str], headers).items()
-    else:
-        pairs = headers
-    kept: dict[str, str] = {}
-    for name, value in pairs:
-        lower = str(name).lower()
-        if lower not in ALLOWED_HEADERS:
-            continue
-        kept[lower] = f"{kept[lower]}, {value}" if lower in kept else str(value)
-    return dict(sorted(kept.items()))
-
-
-def _is_secret_param(name: str) -> bool:
-    lower = unquote_plus(name).strip().lower()
-    return lower in _SECRET_PARAMS or lower.endswith(_SECRET_PARAM_SUFFIXES)
-
-
-def redact_url(url: str) -> str:
-    """``url`` without credentials: key-bearing query parameters and any ``user:pass@`` are dropped.
-
-    The remaining parameters keep their order and their exact encoding.
-
-    >>> redact_url("https://g.example/v1/m:generate?alt=sse&key=SECRET")
-    'https://g.example/v1/m:generate?alt=sse'
-    """
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    kept = [
-        piece
-        for piece in parts.query.split("&")
-        if piece and not _is_secret_param(piece.partition("=")[0])
-    ]
-    return urlunsplit((parts.scheme, netloc, parts.path, "&".join(kept), parts.fragment))
-
-
-def body_sha256(data: bytes) -> str:
-    """The hex sha256 of ``data``: the replay index key of a (normalized) request body."""
-    return hashlib.sha256(data).hexdigest()
-
-
 # --------------------------------------------------------------------------- serialization
-
-
-def _canonical_raw(event: str | None, data: str) -> str:
-    from flowproof.wire.sse import canonical_raw
-
-    return canonical_raw(event, data)
 
 
 def _event_to_json(e: SSEEvent) -> dict[str, Any]:
@@ -250,7 +150,7 @@ def _event_to_json(e: SSEEvent) -> dict[str, Any]:
         out["retry"] = e.retry
     out["data"] = e.data
     # ``raw`` only when re-emission from event/data would not give the recorded bytes.
-    if _canonical_raw(e.event, e.data) != e.raw:
+    if canonical_raw(e.event, e.data) != e.raw:
         out["raw"] = e.raw
     return out
 
@@ -283,6 +183,8 @@ def turn_to_json(t: RecordedTurn) -> dict[str, Any]:
 @functools.cache
 def _generator() -> str:
     try:
+        # Imported here: importlib.metadata costs ~50 ms of the ~600 ms `import flowproof`
+        # (python -X importtime, best of 5), and only a cassette write needs it.
         from importlib.metadata import version
 
         return f"flowproof {version('flowproof')}"
@@ -290,25 +192,17 @@ def _generator() -> str:
         return "flowproof"
 
 
-def _file_errors(e: UnicodeError) -> tuple[bytes, int]:
-    """Encode a cassette's lone surrogates: U+DC80..U+DCFF back to the byte they escape
-    (surrogateescape, so an SSE stream that is not UTF-8 round-trips byte for byte),
-    any other one as its JSON escape ``\\udXXX`` (it sits inside a JSON string)."""
-    if not isinstance(e, UnicodeEncodeError):
-        raise e
-    out = bytearray()
-    for ch in e.object[e.start : e.end]:
-        cp = ord(ch)
-        if 0xDC80 <= cp <= 0xDCFF:
-            out.append(cp - 0xDC00)
-        elif 0xD800 <= cp <= 0xDFFF:
-            out += b"\\u%04x" % cp
-        else:
-            raise e
-    return bytes(out), e.end
+# Lone surrogates other than U+DC80..U+DCFF: they escape no byte (a JSON "\ud83d" escape
+# cut from its pair), so the file holds them as that escape, inside a JSON string.
+_UNPAIRED = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 
 
-codecs.register_error("flowproof-cassette", _file_errors)
+def _encode_file(text: str) -> bytes:
+    """A cassette's text as UTF-8. U+DC80..U+DCFF go back to the byte they escape
+    (surrogateescape: an SSE stream that is not UTF-8 round-trips byte for byte);
+    any other lone surrogate is written as its JSON escape ``\\udXXX``."""
+    escaped = _UNPAIRED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return escaped.encode("utf-8", "surrogateescape")
 
 
 def dumps_cassette(cassette: Cassette) -> str:
@@ -366,7 +260,7 @@ class _Reader:
             raise self.fail(where, f"field 'retry' should be an integer, not {_json_type(retry)}")
         raw = obj.get("raw")
         if raw is None:
-            raw = _canonical_raw(event, data)
+            raw = canonical_raw(event, data)
         elif not isinstance(raw, str):
             raise self.fail(where, f"field 'raw' should be a string, not {_json_type(raw)}")
         return SSEEvent(raw=raw, data=data, event=event, id=ev_id, retry=retry)
@@ -456,6 +350,15 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
+def turn_from_json(obj: Any, source: Path | str) -> RecordedTurn:
+    """One turn object (as `turn_to_json` writes it) back into a `RecordedTurn`.
+
+    ``source`` names where it came from in errors (a cassette, the event log).
+    Raises `CassetteError` naming the field that is missing or mistyped.
+    """
+    return _Reader(source).turn(obj, 0)
+
+
 def loads_cassette(text: str, path: Path | str) -> Cassette:
     """Parse cassette ``text``; ``path`` only names the file in errors.
 
@@ -476,7 +379,7 @@ def loads_cassette(text: str, path: Path | str) -> Cassette:
     return _Reader(path).cassette(doc)
 
 
-def load_cassette(path: Path | str, *, record_command: str = _DEFAULT_RECORD_COMMAND) -> Cassette:
+def load_cassette(path: Path | str, *, record_command: str = GENERIC_RECORD_COMMAND) -> Cassette:
     """Read the cassette at ``path``.
 
     A missing file raises `CassetteNotFoundError` telling the user to run
@@ -504,12 +407,7 @@ def save_cassette(cassette: Cassette, path: Path | str) -> None:
     """
     p = Path(path)
     data = dumps_cassette(cassette)
-    try:
-        payload = data.encode("utf-8", "flowproof-cassette")
-    except UnicodeEncodeError as e:
-        raise CassetteError(
-            p, f"cannot be written: a body holds text that is not UTF-8 ({e.reason})"
-        ) from None
+    payload = _encode_file(data)
     directory = p.parent if str(p.parent) else Path(".")
     tmp_name: str | None = None
     try:
@@ -557,17 +455,10 @@ def _fsync_dir(directory: Path) -> None:
 # --------------------------------------------------------------------------- views
 
 
-def _error_text(response: RecordedResponse) -> str:
-    body = response.body
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return cast(str, err["message"])
-        if isinstance(err, str):
-            return err
-        if isinstance(body.get("message"), str):
-            return cast(str, body["message"])
-    return response.content().decode("utf-8", "replace")
+def _error_text(codec: Codec, response: RecordedResponse) -> str:
+    """The provider's error message, else the whole body as text."""
+    message = codec.error_text(response.body) if response.body is not None else None
+    return message if message is not None else response.content().decode("utf-8", "replace")
 
 
 def turn_views(turn: RecordedTurn) -> Turn:
@@ -577,8 +468,6 @@ def turn_views(turn: RecordedTurn) -> Turn:
     body (volatile spans appear as ``«volatile:…»`` placeholders). A response
     with status >= 400 becomes a view with `FinishReason.ERROR` and the error text.
     """
-    from flowproof.wire import codec_by_name
-
     codec = codec_by_name(turn.provider)
     # surrogatepass: json.loads decodes bytes with it, so a lone surrogate survives the trip.
     request = codec.parse_request(
@@ -588,7 +477,7 @@ def turn_views(turn: RecordedTurn) -> Turn:
     response: ResponseView
     if resp.status >= 400:
         response = ResponseView(
-            text=_error_text(resp),
+            text=_error_text(codec, resp),
             tool_calls=(),
             finish_reason=FinishReason.ERROR,
             raw_finish_reason=f"http {resp.status}",

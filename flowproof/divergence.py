@@ -19,6 +19,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from flowproof.commands import GENERIC_RECORD_COMMAND
+from flowproof.excerpt import first_difference, window
 from flowproof.model import RequestView
 
 if TYPE_CHECKING:
@@ -38,7 +40,7 @@ DivergenceKind = Literal["unmatched", "extra", "missing", "after-failure"]
 
 #: How many field changes a report lists before "and N more".
 MAX_FIELDS = 12
-DEFAULT_RECORD_COMMAND = "flowproof-run <spec> --record"
+DEFAULT_RECORD_COMMAND = GENERIC_RECORD_COMMAND
 
 # Long values are cut to about this many characters around their first difference.
 _WIDTH = 80
@@ -207,19 +209,8 @@ def format_value(value: Any) -> str:
     return text if len(text) <= _WIDTH else text[: _WIDTH - 1] + "…"
 
 
-def _first_difference(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 def _window(text: str, at: int) -> str:
-    start = max(0, at - _BEFORE)
-    end = start + _WIDTH
-    piece = text[start:end]
-    return ("…" if start > 0 else "") + piece + ("…" if end < len(text) else "")
+    return window(text, max(0, at - _BEFORE), _WIDTH)
 
 
 def _pair(recorded: Any, replayed: Any) -> tuple[str, str]:
@@ -228,7 +219,7 @@ def _pair(recorded: Any, replayed: Any) -> tuple[str, str]:
         if len(recorded) <= _WIDTH and len(replayed) <= _WIDTH:
             return _plain(recorded), _plain(replayed)
         # Trim the text itself, then quote the excerpt, so the quotes survive the cut.
-        at = _first_difference(recorded, replayed)
+        at = first_difference(recorded, replayed)
         return (
             json.dumps(_window(recorded, at), ensure_ascii=False),
             json.dumps(_window(replayed, at), ensure_ascii=False),
@@ -236,7 +227,7 @@ def _pair(recorded: Any, replayed: Any) -> tuple[str, str]:
     rec, rep = _plain(recorded), _plain(replayed)
     if len(rec) <= _WIDTH and len(rep) <= _WIDTH:
         return rec, rep
-    at = _first_difference(rec, rep)
+    at = first_difference(rec, rep)
     return _window(rec, at), _window(rep, at)
 
 

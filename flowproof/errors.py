@@ -9,6 +9,8 @@ Our exception hierarchy::
       x WireError       (.provider)  a body that is not what a provider codec expects
       x AgentError                   agent not found, crashed, or timed out (exit 5)
       x ProxyError                   the proxy could not start or died (exit 5)
+      x CAError                      the CA directory cannot be created or read
+      x Interrupted                  flowproof-run got SIGINT/SIGTERM (exit 128 + signal)
     * FlowFailure                    not an error: the verdict that the agent did the wrong thing
 
 Verdicts are kept apart from errors: a `FlowFailure` means the system under test
@@ -19,12 +21,13 @@ to do, so the CLI can print ``str(error)`` and nothing else.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-# Exit codes are a contract (DESIGN.md, "The command line").
+# Exit codes are a contract (docs/runner.md).
 EXIT_OK = 0
 EXIT_ASSERTION = 1
 EXIT_USAGE = 2
@@ -118,6 +121,25 @@ class ProxyError(FlowproofError):
     """The intercepting proxy could not be started or stopped working."""
 
     exit_code: ClassVar[int] = EXIT_AGENT
+
+
+class CAError(FlowproofError):
+    """The flowproof CA directory cannot be created or read."""
+
+
+class Interrupted(FlowproofError):
+    """flowproof-run itself got SIGINT/SIGTERM; exits 128 + the signal number (130, 143)."""
+
+    def __init__(self, signum: int | None) -> None:
+        signum = int(signum or signal.SIGINT)
+        self.exit_code = 128 + signum  # type: ignore[misc]  # per instance: 130 or 143
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        super().__init__(
+            f"interrupted by {name}: the agent and the proxy were stopped and nothing was recorded"
+        )
 
 
 class FlowFailure(Exception):

@@ -1,7 +1,7 @@
 """Volatile spans and portable paths, applied to request bodies before hashing.
 
-DESIGN.md, "Real agents": plain SDK agents send byte-identical bodies and must be
-hashed on their exact bytes, so a `Normalizer` with nothing declared is the
+Plain SDK agents send byte-identical bodies and must be hashed on their exact
+bytes, so a `Normalizer` with nothing declared is the
 identity and never parses JSON. Production agents (Claude Code, codex,
 openai-agents) put per-run identifiers in their bodies; a spec declares
 ``volatile:`` rules (or names a preset below) and each matched span is replaced by
@@ -12,7 +12,7 @@ Rule paths are dotted like spec paths; a digit indexes a list (or is a mapping
 key), and ``*`` means every element of a list or every value of a mapping.
 A rule with a pattern replaces each regex match inside the string at the path;
 a rule without one replaces the whole value. The evidence for every preset rule
-is in AGENTS.md (the measured behaviour of real agents) and docs/volatile.md.
+is in docs/volatile.md (what each agent version was measured sending per run).
 """
 
 from __future__ import annotations
@@ -56,17 +56,28 @@ def _rule(preset: str, name: str, path: str, pattern: str | None = None) -> Vola
 _DATE = r"\d{4}-\d{2}-\d{2}"
 
 PRESETS: dict[str, tuple[VolatileRule, ...]] = {
+    # Claude Code 2.1.197, `claude -p`. Evidence: two records of the same flow, each with a
+    # fresh HOME and its own working directory, compared field by field (docs/volatile.md).
     "claude-code": (
-        # AGENTS.md §5 "volatile": metadata.user_id is a JSON string holding device_id (new per
-        # fresh HOME) and session_id (new every run); nothing in it is prompt text.
+        # metadata.user_id is a JSON string {"device_id": <64 hex, new per HOME>,
+        # "account_uuid": "", "session_id": <uuid4, new per run>}: identifiers, no prompt text.
         _rule("claude-code", "user_id", "metadata.user_id"),
-        # §5: system[0].text is the billing header "... cch=<5 hex>;" and cch differs on EVERY
-        # request. Lookbehind keeps "cch=" visible so a reviewer sees what the hole is.
+        # system[0].text is "x-anthropic-billing-header: cc_version=2.1.197.<3 hex>;
+        # cc_entrypoint=sdk-cli; cch=<5 hex>;" and cch differs on every request. The lookbehind
+        # keeps "cch=" visible. cc_version is NOT covered: its suffix was the same in every run
+        # (it differs between the title call and the main loop, not between runs).
         _rule("claude-code", "cch", "system.0.text", r"(?<=cch=)[0-9A-Za-z]+"),
-        # §5: the same header carries "cc_version=2.1.197.<3 hex>;" with a per-build suffix.
-        _rule("claude-code", "cc_version", "system.0.text", r"(?<=cc_version=)[^;\s]+"),
-        # §5 "system prompts": the first user message's <system-reminder> holds
-        # "# currentDate\nToday's date is 2026-11-30." Content is a block list or a string.
+        # The memory section of the system prompt names "<HOME>/.claude/projects/<slug>/memory/",
+        # where the slug is the working directory with every "/" turned into "-". HOME becomes
+        # «home» as a portable path; the slug is the cwd in a form portable paths cannot see.
+        _rule(
+            "claude-code",
+            "project_dir",
+            "system.*.text",
+            r"(?<=/\.claude/projects/)[^/`\s]+(?=/memory/)",
+        ),
+        # The first user message's <system-reminder> holds "# currentDate\nToday's date is
+        # 2026-12-01." Content is a block list or a string.
         _rule(
             "claude-code",
             "current_date",
@@ -80,26 +91,30 @@ PRESETS: dict[str, tuple[VolatileRule, ...]] = {
             rf"(?<=Today's date is ){_DATE}(?=\.)",
         ),
     ),
+    # codex-cli 0.171.0, `codex exec` with the built-in provider (the same comparison).
     "codex": (
-        # AGENTS.md §6 "volatile": prompt_cache_key is the session UUIDv7, new every run.
+        # prompt_cache_key is the session UUIDv7, new every run.
         _rule("codex", "prompt_cache_key", "prompt_cache_key"),
-        # §6: the whole client_metadata (session_id, thread_id, turn_id, root_turn_id,
-        # x-codex-installation-id, x-codex-turn-metadata with turn_started_at_unix_ms).
+        # client_metadata holds only identifiers and timings: session_id, thread_id, turn_id,
+        # root_turn_id, x-codex-window-id, x-codex-installation-id (new per CODEX_HOME) and
+        # x-codex-turn-metadata (the same ids plus turn_started_at_unix_ms).
         _rule("codex", "client_metadata", "client_metadata"),
-        # §6: every input item id (msg_/at_/fco_<uuidv7>) is minted per run.
+        # Every input item codex creates has an id minted per run (at_/msg_/fco_<uuidv7>); ids
+        # that came from the model's own answer (fc_…) are replayed, so they repeat anyway.
         _rule("codex", "item_id", "input.*.id"),
-        # §6 (default provider): internal_chat_message_metadata_passthrough.create_time/turn_id.
+        # internal_chat_message_metadata_passthrough: the turn id and a float create_time.
         _rule(
             "codex",
             "create_time",
             "input.*.internal_chat_message_metadata_passthrough.create_time",
         ),
         _rule("codex", "turn_id", "input.*.internal_chat_message_metadata_passthrough.turn_id"),
-        # §6: tool output text carries "Chunk ID: <6 hex>", new on every tool run.
+        # A tool's output starts "Chunk ID: <6 hex>\nWall time: <s> seconds": the chunk id is
+        # new on every tool run, and the wall time is the command's own duration.
         _rule("codex", "chunk_id", "input.*.output", r"(?<=Chunk ID: )[0-9A-Fa-f]+"),
-        # §6: "Wall time is potentially volatile too": a real tool's duration never repeats.
         _rule("codex", "wall_time", "input.*.output", r"(?<=Wall time: )[0-9.]+"),
-        # §6: "cwd and date sit in <environment_context>" (cwd is handled as a portable path).
+        # <environment_context> carries <current_date>2026-12-01</current_date> (its <cwd> is
+        # a portable path).
         _rule(
             "codex",
             "current_date",
@@ -108,8 +123,8 @@ PRESETS: dict[str, tuple[VolatileRule, ...]] = {
         ),
     ),
     "openai-agents": (
-        # AGENTS.md §3 "repeat": prompt_cache_key = "agents-sdk:run:<uuid4 hex>", new every
-        # run; the prefix stays visible.
+        # openai-agents 0.24: prompt_cache_key = "agents-sdk:run:<uuid4 hex>", new every run;
+        # the prefix stays visible.
         _rule(
             "openai-agents",
             "run_id",

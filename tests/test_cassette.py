@@ -7,23 +7,20 @@ from pathlib import Path
 import pytest
 
 from flowproof.cassette import (
-    ALLOWED_HEADERS,
     CASSETTE_FORMAT,
     Cassette,
     RecordedRequest,
     RecordedResponse,
     RecordedTurn,
-    body_sha256,
     dumps_cassette,
-    filter_headers,
     load_cassette,
     loads_cassette,
-    redact_url,
     save_cassette,
     turn_views,
 )
 from flowproof.errors import CassetteError, CassetteNotFoundError
 from flowproof.model import FinishReason
+from flowproof.request_key import body_sha256
 from flowproof.wire.sse import SSEEvent, canonical_raw
 
 CHAT_URL = "https://api.openai.com/v1/chat/completions"
@@ -311,97 +308,6 @@ class TestSave:
         path = tmp_path / "c.json"
         save_cassette(Cassette(()), path)
         assert path.stat().st_mode & 0o777 == 0o644
-
-
-SECRETS = {
-    "authorization": "Bearer sk-SECRET-authorization",
-    "x-api-key": "sk-ant-SECRET-x-api-key",
-    "api-key": "SECRET-azure-api-key",
-    "x-goog-api-key": "SECRET-goog-key",
-    "cookie": "session=SECRET-cookie",
-    "set-cookie": "sid=SECRET-set-cookie",
-    "proxy-authorization": "Basic SECRET-proxy",
-    "statsig-api-key": "SECRET-statsig",
-    "openai-organization": "org-SECRET-org",
-    "openai-project": "proj_SECRET-project",
-    "x-claude-code-session-id": "SECRET-session-id",
-}
-
-
-class TestRedaction:
-    def test_filter_headers_keeps_only_the_allow_list(self):
-        """filter_headers keeps allow-listed headers lowercased and drops every secret."""
-        headers = [("Content-Type", "application/json"), ("Anthropic-Beta", "a"), ("anthropic-beta", "b")]
-        headers += list(SECRETS.items())
-        assert filter_headers(headers) == {"anthropic-beta": "a, b", "content-type": "application/json"}
-
-    def test_filter_headers_accepts_a_mapping(self):
-        """filter_headers accepts a mapping as well as pairs."""
-        assert filter_headers({"OpenAI-Beta": "assistants=v2", "Authorization": "Bearer x"}) == {
-            "openai-beta": "assistants=v2"
-        }
-
-    def test_allow_list_holds_no_secret_header(self):
-        """No header name that carries a secret is on the allow-list."""
-        assert not ALLOWED_HEADERS & set(SECRETS)
-        assert not [h for h in ALLOWED_HEADERS if h.endswith("-key") or "auth" in h or "cookie" in h]
-
-    @pytest.mark.parametrize(
-        ("url", "expected"),
-        [
-            pytest.param(
-                "https://g.example/v1beta/models/m:streamGenerateContent?alt=sse&key=SECRET",
-                "https://g.example/v1beta/models/m:streamGenerateContent?alt=sse",
-                id="gemini-key",
-            ),
-            pytest.param(
-                "https://x.example/p?a=1&API-KEY=s&Token=s&access_token=s&b=2&sig=s&signature=s"
-                "&code=s&client_secret=s&api_key=s&apikey=s&c=3",
-                "https://x.example/p?a=1&b=2&c=3",
-                id="case-insensitive",
-            ),
-            pytest.param("https://x.example/p?beta=true", "https://x.example/p?beta=true", id="kept"),
-            pytest.param("https://user:pw@x.example/p?key=s", "https://x.example/p", id="userinfo"),
-            pytest.param("https://x.example/p?q=a%20b&x_api_key=s", "https://x.example/p?q=a%20b", id="suffix"),
-        ],
-    )
-    def test_redact_url_drops_key_bearing_params(self, url, expected):
-        """redact_url drops credentials and keeps other parameters in order and encoding."""
-        assert redact_url(url) == expected
-
-    def test_no_secret_reaches_the_saved_file(self, tmp_path: Path):
-        """A turn built from a request with every secret header and a ?key= URL saves none of them."""
-        request_headers = {"content-type": "application/json", **SECRETS}
-        url = "https://generativelanguage.googleapis.com/v1beta/models/g:generateContent?key=SECRET-query-key"
-        body = chat_body()
-        turn = RecordedTurn(
-            index=0,
-            provider="gemini",
-            request=RecordedRequest(
-                "POST",
-                redact_url(url),
-                filter_headers(request_headers),
-                body_sha256(json.dumps(body).encode()),
-                body,
-            ),
-            response=RecordedResponse(
-                200,
-                filter_headers({"content-type": "application/json", "set-cookie": SECRETS["set-cookie"]}),
-                body={"ok": True},
-            ),
-        )
-        path = tmp_path / "c.json"
-        save_cassette(Cassette((turn,)), path)
-        text = path.read_text()
-        assert "SECRET" not in text
-        for value in SECRETS.values():
-            assert value not in text
-
-
-class TestBodySha256:
-    def test_is_hex_sha256(self):
-        """body_sha256 returns the hex sha256 of the bytes."""
-        assert body_sha256(b"") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 
 class TestTurnViews:

@@ -161,16 +161,38 @@ class TestPresets:
             assert all(re.fullmatch(r"[a-z0-9_-]+", r.name) for r in rules), name
 
     def test_claude_code_runs_hash_equal(self) -> None:
-        """Claude Code runs differing in session, cch, version suffix and date normalize equal."""
+        """Claude Code runs differing in session, cch and date normalize equal."""
         norm = Normalizer(PRESETS["claude-code"])
-        a = claude_body('{"device_id":"aa","session_id":"1"}', "1a2b3", "2026-11-30", "2.1.197.a3f")
-        b = claude_body('{"device_id":"bb","session_id":"2"}', "9f8e7", "2026-12-01", "2.1.197.0c1")
+        a = claude_body('{"device_id":"aa","session_id":"1"}', "1a2b3", "2026-11-30")
+        b = claude_body('{"device_id":"bb","session_id":"2"}', "9f8e7", "2026-12-01")
         assert a != b
         assert norm.apply(a) == norm.apply(b)
         text = norm.apply(a).decode()
         assert "cch=«volatile:cch»;" in text
-        assert "cc_version=«volatile:cc_version»;" in text
         assert "Today's date is «volatile:current_date»." in text
+
+    def test_claude_code_version_suffix_is_not_volatile(self) -> None:
+        """cc_version's suffix repeats run after run, so a different one is a different request."""
+        norm = Normalizer(PRESETS["claude-code"])
+        a = claude_body("u", "1a2b3", "2026-11-30", "2.1.197.1ca")
+        b = claude_body("u", "1a2b3", "2026-11-30", "2.1.197.e6a")
+        assert norm.apply(a) != norm.apply(b)
+        assert "cc_version=2.1.197.1ca;" in norm.apply(a).decode()
+
+    def test_claude_code_project_dir_slug(self) -> None:
+        """The memory path's project slug (the cwd with / as -) is a hole; HOME is «home»."""
+
+        def body(home: str, slug: str) -> bytes:
+            memory = f"memory at `{home}/.claude/projects/{slug}/memory/`. Write to it."
+            return dumps({"system": [{"type": "text", "text": "x"}, {"type": "text", "text": memory}]})
+
+        a = Normalizer(PRESETS["claude-code"], cwd="/builds/app", home="/root")
+        b = Normalizer(PRESETS["claude-code"], cwd=CWD, home=HOME)
+        left = a.apply(body("/root", "-builds-app"))
+        assert left == b.apply(body(HOME, "-home-casey-src-booking"))
+        assert "`«home»/.claude/projects/«volatile:project_dir»/memory/`. Write to it." in left.decode()
+        # Only the slug between projects/ and /memory/: the sentence around it still counts.
+        assert left != a.apply(body("/root", "-builds-app").replace(b"Write to it", b"Read it"))
 
     def test_claude_code_prompt_edit_still_differs(self) -> None:
         """An edited prompt still changes the normalized body under the preset."""

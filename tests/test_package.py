@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,97 @@ import flowproof
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "flowproof"
+
+#: Modules that must stay pure: no mitmproxy, no click, no I/O beyond load/save.
+PURE_CORE = (
+    "flowproof",
+    "flowproof.wire",
+    "flowproof.spec",
+    "flowproof.normalize",
+    "flowproof.replay",
+    "flowproof.divergence",
+    "flowproof.compare",
+    "flowproof.assertions",
+    "flowproof.trajectory",
+    "flowproof.cassette",
+    "flowproof.events",
+    "flowproof.request_key",
+    "flowproof.recorder",
+    "flowproof.redact",
+    "flowproof.verdict",
+    "flowproof.heal",
+    "flowproof.excerpt",
+    "flowproof.commands",
+)
+
+
+def module_name(path: Path) -> str:
+    """``flowproof/wire/base.py`` -> ``flowproof.wire.base``; a package is its ``__init__``."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def module_level_imports(path: Path, known: set[str]) -> set[str]:
+    """The flowproof modules ``path`` imports when it is imported: statements at module level,
+    inside top-level ``try``/``if`` too, but not under ``if TYPE_CHECKING:`` (never run)."""
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                found.add(module)
+                # `from flowproof.wire import sse` imports the submodule flowproof.wire.sse.
+                found.update(f"{module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.If):
+                if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                    visit(node.body)
+                    visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+                for handler in node.handlers:
+                    visit(handler.body)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    return (found & known) - {me}
+
+
+def import_cycles() -> list[list[str]]:
+    """Every cycle a depth-first walk of the module-level import graph meets."""
+    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    known = set(paths)
+    graph = {name: sorted(module_level_imports(path, known)) for name, path in paths.items()}
+    state: dict[str, str] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def walk(module: str) -> None:
+        state[module] = "open"
+        stack.append(module)
+        for dependency in graph[module]:
+            if state.get(dependency) == "open":
+                cycles.append([*stack[stack.index(dependency) :], dependency])
+            elif dependency not in state:
+                walk(dependency)
+        stack.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module)
+    return cycles
 
 
 class TestPublicSurface:
@@ -28,14 +120,34 @@ class TestPublicSurface:
     def test_import_does_not_pull_in_mitmproxy_or_click(self) -> None:
         """The pure core imports neither mitmproxy nor click, so it is testable on plain data."""
         code = (
-            "import sys, flowproof, flowproof.wire, flowproof.normalize, flowproof.replay, "
-            "flowproof.divergence, flowproof.compare; "
+            f"import sys, {', '.join(PURE_CORE)}; "
             "print(sorted(m for m in ('mitmproxy', 'click') if m in sys.modules))"
         )
         out = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
         )
         assert out.stdout.strip() == "[]"
+
+
+class TestImportGraph:
+    def test_module_level_imports_have_no_cycle(self) -> None:
+        """No flowproof module imports itself back through module-level imports, so every
+        dependency is visible at the top of a file and none is hidden in a function."""
+        cycles = import_cycles()
+        assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+    def test_the_cycle_finder_finds_a_cycle(self, tmp_path: Path, monkeypatch) -> None:
+        """The walk reports a planted cycle (so an empty answer above means something)."""
+        package = tmp_path / "flowproof"
+        package.mkdir()
+        (package / "__init__.py").write_text("")
+        (package / "a.py").write_text("from flowproof import b\n")
+        (package / "b.py").write_text("from typing import TYPE_CHECKING\nimport flowproof.c\n"
+                                      "if TYPE_CHECKING:\n    import flowproof.a\n")
+        (package / "c.py").write_text("try:\n    from flowproof.a import x\nexcept ImportError:\n    pass\n")
+        monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+        monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+        assert import_cycles() == [["flowproof.a", "flowproof.b", "flowproof.c", "flowproof.a"]]
 
 
 class TestTestTree:

@@ -5,10 +5,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-
-from flowproof.cassette import Cassette, RecordedRequest, RecordedResponse, RecordedTurn, body_sha256
+from flowproof.cassette import (
+    Cassette,
+    RecordedRequest,
+    RecordedResponse,
+    RecordedTurn,
+)
 from flowproof.model import RequestView
 from flowproof.replay import Miss, Replay, Replayer, codec_view, route_mismatch
+from flowproof.request_key import body_sha256
 
 
 def chat(text: str, system: str = "You book flights.") -> dict:

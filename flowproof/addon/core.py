@@ -1,57 +1,39 @@
-"""The mitmproxy addon: record, replay or compare every model call of an agent.
+"""The root mitmproxy addon: the ``flowproof_*`` options, and the concern the mode selects.
 
-A thin adapter. The pure core decides — `flowproof.wire` detects and parses,
-`flowproof.normalize` builds the hash key, `flowproof.replay.Replayer` matches,
-`flowproof.compare` judges drift — and this module does the I/O: it answers
-flows, taps streams, writes the event log and saves the cassette.
+A thin adapter over the pure core: `flowproof.request_key` builds the replay
+key, `flowproof.recorder` assembles recorded turns, `flowproof.replay`
+matches, `flowproof.compare` judges drift. The hooks live in one small addon
+per concern — `Record`, `Replay`, `Compare` — composed the way mitmproxy
+composes its own: the root's ``addons`` lists its children, and mitmproxy
+invokes each hook on the root, then on every child, in order. The list is
+read at every hook, so configuring a new mode swaps the concern; the event
+log is the last child, so its ``done`` closes the file after the concern's
+last event.
 
-Per request the work is the hash path (tool-result substitution, normalization,
-sha256: O(body)) plus one dict lookup; the cassette is parsed once, in
-``configure``.
+Per request the work is the hash path (O(body)) plus one dict lookup; the
+cassette is parsed once, in ``configure``.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
-import structlog
-from mitmproxy import ctx, exceptions, http, tls
+from mitmproxy import ctx, exceptions, tls
 from mitmproxy.addonmanager import Loader
 
+from flowproof.addon.compare import Compare
 from flowproof.addon.eventlog import EventLog
-from flowproof.addon.options import (
-    MODES,
-    ROUTES,
-    AddonConfig,
-    Mode,
-    build_config,
-    option_values,
-)
-from flowproof.cassette import (
-    Cassette,
-    RecordedRequest,
-    RecordedResponse,
-    RecordedTurn,
-    body_sha256,
-    filter_headers,
-    load_cassette,
-    redact_url,
-    save_cassette,
-    turn_to_json,
-    turn_views,
-)
-from flowproof.compare import compare_responses, record_on_span
+from flowproof.addon.options import MODES, ROUTES, AddonConfig, Mode, build_config, option_values
+from flowproof.addon.record import Record
+from flowproof.addon.replay import Replay
+from flowproof.addon.shared import Shared, config_record_command, log
+from flowproof.cassette import load_cassette
 from flowproof.errors import FlowproofError, SpecError
-from flowproof.replay import Miss, Replayer, route_mismatch
-from flowproof.wire import Codec, detect, is_model_host, normalize_host, parse_sse
-from flowproof.wire.sse import SSEDecoder, SSEEvent, encode_events
+from flowproof.events import Listener, ReadyEvent, TlsFailedEvent
+from flowproof.replay import Replayer, route_mismatch
 
-__all__ = ["Flowproof"]
+__all__ = ["CONCERNS", "OPTION_NAMES", "Flowproof"]
 
 #: The short names of every option (``flowproof_<name>``), in the order `load` registers them.
 OPTION_NAMES: tuple[str, ...] = (
@@ -68,71 +50,31 @@ OPTION_NAMES: tuple[str, ...] = (
 )
 _OPTIONS = frozenset(f"flowproof_{n}" for n in OPTION_NAMES)
 
-# structlog bound to a stdlib logger, so events reach mitmproxy's log handlers
-# without touching the process-wide structlog configuration.
-_log = structlog.wrap_logger(
-    logging.getLogger("flowproof.addon"),
-    wrapper_class=structlog.stdlib.BoundLogger,
-    processors=[structlog.processors.KeyValueRenderer(key_order=["event"], drop_missing=True)],
-)
-
-_JSON = {"content-type": "application/json"}
-
-
-@dataclass(slots=True)
-class _FlowState:
-    """What the addon remembers about one forwarded model call until it completes."""
-
-    codec: Codec
-    method: str
-    url: str
-    headers: dict[str, str]
-    sha: str
-    body: Any
-    events: list[SSEEvent] | None = None
-    decoder: SSEDecoder | None = field(default=None)
-
-
-def _is_websocket_upgrade(request: http.Request) -> bool:
-    upgrade: str = request.headers.get("upgrade", "")
-    return upgrade.strip().lower() == "websocket"
-
-
-def _parse_body(data: bytes) -> Any:
-    """The parsed JSON body, or its text when it is not JSON (stored readable either way)."""
-    try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return data.decode("utf-8", "surrogateescape")
-
-
-def _content(message: http.Message) -> bytes:
-    """The decoded body; the raw bytes when the declared content-encoding is wrong."""
-    try:
-        return message.content or b""
-    except ValueError:
-        return message.raw_content or b""
-
-
-def _turn_json(turn: RecordedTurn) -> dict[str, Any]:
-    # The cassette module owns the turn's JSON shape; reuse it so the log and the file agree.
-    # (Not dumps_cassette: it looks up the package version on every call, 2/3 of a replay.)
-    obj: dict[str, Any] = turn_to_json(turn)
-    return obj
+#: The addon that handles model calls in each mode.
+CONCERNS: dict[Mode, type[Record | Replay | Compare]] = {
+    Mode.RECORD: Record,
+    Mode.REPLAY: Replay,
+    Mode.COMPARE: Compare,
+}
 
 
 class Flowproof:
     """The flowproof addon (``mitmdump -s addon/flowproof_addon.py``); options in docs/internals.md."""
 
     def __init__(self) -> None:
-        self.config = AddonConfig()
-        self.events = EventLog(None)
-        self.replayer: Replayer | None = None
-        self.turns: list[RecordedTurn] = []
-        self._completed = 0  # model calls completed (record and compare), the next turn index
-        self._flows: dict[str, _FlowState] = {}
-        self._configured = False
+        self.shared = Shared()
+        self.concern: Record | Replay | Compare = Replay(self.shared)
         self._last_error: exceptions.OptionsError | None = None
+
+    @property
+    def addons(self) -> list[object]:
+        """The children mitmproxy invokes after the root: the mode's concern, then the event log."""
+        return [self.concern, self.shared.events]
+
+    @property
+    def events(self) -> EventLog:
+        """The event log (closed by mitmproxy's ``done``)."""
+        return self.shared.events
 
     # ------------------------------------------------------------------ options
 
@@ -205,43 +147,18 @@ class Flowproof:
         except (ValueError, FlowproofError) as e:
             raise exceptions.OptionsError(f"Cannot parse {e}") from None
 
-        replayer: Replayer | None = None
+        replayer = self._replayer(config) if config.mode is not Mode.RECORD else None
         if config.mode is Mode.RECORD:
-            if config.cassette is None:
-                raise exceptions.OptionsError(
-                    "Cannot record without a cassette path: add --set flowproof_cassette=PATH"
-                )
-            parent = config.cassette.parent
-            if not parent.is_dir():
-                raise exceptions.OptionsError(
-                    f"Cannot record to flowproof_cassette {config.cassette}: "
-                    f"the directory {parent} does not exist — create it first"
-                )
-        else:
-            if config.cassette is None:
-                raise exceptions.OptionsError(
-                    f"Cannot {config.mode.value} without a cassette: add --set flowproof_cassette=PATH, "
-                    f"or record one first with: {self._record_command(config)}"
-                )
-            try:
-                cassette = load_cassette(config.cassette, record_command=self._record_command(config))
-            except FlowproofError as e:
-                raise exceptions.OptionsError(f"Cannot load flowproof_cassette {config.cassette}: {e}") from None
-            if config.mode is Mode.REPLAY:
-                mismatch = route_mismatch(cassette.route, config.route)
-                if mismatch is not None:
-                    raise exceptions.OptionsError(f"Cannot replay flowproof_cassette {config.cassette}: {mismatch}")
-            replayer = Replayer(cassette)
+            _check_record_target(config)
 
-        if config.report != self.events.path:
-            self.events.close()
-            self.events = EventLog(config.report)
-        self.config = config
-        self.replayer = replayer
-        self.turns = []
-        self._completed = 0
-        self._flows = {}
-        self._configured = True
+        old = self.shared
+        shared = Shared(config, replayer)
+        if config.report == old.config.report:
+            shared.events = old.events  # keep the open log (a reconfigure never truncates or reopens it)
+        else:
+            old.events.close()
+        self.shared = shared
+        self.concern = CONCERNS[config.mode](shared)
 
         # Replay must never dial the real host, and a mapped host may not even resolve:
         # mitmproxy's default (eager) strategy connects upstream at CONNECT time.
@@ -251,57 +168,37 @@ class Flowproof:
             ctx.options.update(connection_strategy="lazy")
 
     @staticmethod
-    def _record_command(config: AddonConfig) -> str:
-        if config.spec is not None:
-            return f"flowproof-run {config.spec.path} --record"
-        target = config.cassette or "PATH"
-        return f"mitmdump -s addon/flowproof_addon.py --set flowproof_mode=record --set flowproof_cassette={target}"
+    def _replayer(config: AddonConfig) -> Replayer:
+        command = config_record_command(config)
+        if config.cassette is None:
+            raise exceptions.OptionsError(
+                f"Cannot {config.mode.value} without a cassette: add --set flowproof_cassette=PATH, "
+                f"or record one first with: {command}"
+            )
+        try:
+            cassette = load_cassette(config.cassette, record_command=command)
+        except FlowproofError as e:
+            raise exceptions.OptionsError(f"Cannot load flowproof_cassette {config.cassette}: {e}") from None
+        if config.mode is Mode.REPLAY:
+            mismatch = route_mismatch(cassette.route, config.route)
+            if mismatch is not None:
+                raise exceptions.OptionsError(f"Cannot replay flowproof_cassette {config.cassette}: {mismatch}")
+        return Replayer(cassette)
 
     # ------------------------------------------------------------------ lifecycle
 
     def running(self) -> None:
-        listen: list[dict[str, Any]] = []
+        listen: list[Listener] = []
         proxyserver = ctx.master.addons.get("proxyserver")
         if proxyserver is not None:
             for server in proxyserver.servers:
                 for addr in server.listen_addrs:
-                    entry = {"mode": server.mode.full_spec, "host": addr[0], "port": addr[1]}
+                    entry = Listener(server.mode.full_spec, addr[0], addr[1])
                     if entry not in listen:  # a mode may listen on TCP and UDP at one address
                         listen.append(entry)
-        self.events.write("ready", listen=listen, mode=self.config.mode.value)
-        _log.info("proxy_ready", mode=self.config.mode.value, listeners=len(listen))
-
-    def done(self) -> None:
-        try:
-            if self.config.mode is Mode.RECORD:
-                self._save()
-            elif self.replayer is not None:
-                missing = self.replayer.missing_divergence()
-                unconsumed = [t.index for t in self.replayer.unconsumed()]
-                text = missing.render(self._record_command(self.config)) if missing is not None else ""
-                self.events.write("done", unconsumed=unconsumed, text=text)
-                if unconsumed:
-                    _log.warning("turns_unconsumed", count=len(unconsumed), first=unconsumed[:10])
-        finally:
-            self.events.close()
-
-    def _save(self) -> None:
-        path = self.config.cassette
-        assert path is not None  # configure refuses record without a cassette
-        cassette = Cassette(tuple(self.turns), route=self.config.route)  # type: ignore[arg-type]
-        try:
-            save_cassette(cassette, path)
-        except FlowproofError as e:
-            # A recording that silently fails to land is worse than a crash: say it everywhere.
-            text = f"flowproof could not write the cassette: {e}"
-            self.events.write("error", text=text)
-            self.events.write("done", unconsumed=[], text=text)
-            print(text, file=sys.stderr, flush=True)
-            _log.error("cassette_write_failed", path=str(path))
-            return
-        text = f"recorded {len(self.turns)} turn{'s' if len(self.turns) != 1 else ''} to {path}"
-        self.events.write("done", unconsumed=[], text=text)
-        _log.info("cassette_written", path=str(path), turns=len(self.turns))
+        mode = self.shared.config.mode.value
+        self.shared.events.write(ReadyEvent(tuple(listen), mode))
+        log.info("proxy_ready", mode=mode, listeners=len(listen))
 
     def tls_failed_client(self, data: tls.TlsData) -> None:
         host = data.conn.sni
@@ -311,271 +208,18 @@ class Flowproof:
         text = f"the client does not trust the proxy's certificate for {host}"
         if data.conn.error:
             text += f" ({data.conn.error})"
-        self.events.write("tls_failed", host=host, text=text)
-        _log.warning("client_tls_failed", host=host)
+        self.shared.events.write(TlsFailedEvent(host, text))
+        log.warning("client_tls_failed", host=host)
 
-    # ------------------------------------------------------------------ requests
 
-    def request(self, flow: http.HTTPFlow) -> None:
-        try:
-            self._request(flow)
-        except Exception as e:  # noqa: BLE001 — see _hook_failed
-            self._hook_failed(flow, "request", e)
-            # mitmproxy would forward the call after a failed hook: in replay to the real
-            # API with the agent's key. A call flowproof could not handle never leaves.
-            flow.response = http.Response.make(
-                400,
-                json.dumps({"error": {"message": "flowproof could not handle this request; see its report"}}),
-                _JSON,
-            )
-
-    def _hook_failed(self, flow: http.HTTPFlow, hook: str, error: Exception) -> None:
-        """A bug of ours must fail the run visibly, never let a call pass unrecorded or unmatched."""
-        self._flows.pop(flow.id, None)
-        text = f"flowproof failed in its {hook} hook for {redact_url(flow.request.pretty_url)}: {type(error).__name__}: {error}"
-        self.events.write("error", id=flow.id, text=text)
-        _log.error("hook_failed", hook=hook, flow_id=flow.id, error=type(error).__name__)
-
-    def _request(self, flow: http.HTTPFlow) -> None:
-        if flow.response is not None or flow.error is not None:
-            return  # another addon already answered it
-        config = self.config
-        req = flow.request
-        host = req.pretty_host
-        path = req.path.split("?", 1)[0]
-        model_host = is_model_host(host, config.extra_hosts)
-
-        if _is_websocket_upgrade(req):
-            if model_host or detect("POST", host, path, config.extra_hosts) is not None:
-                # codex tries Responses-over-WebSocket first; 426 makes it fall back to HTTP at once.
-                flow.response = http.Response.make(
-                    426,
-                    json.dumps({"error": {"message": "flowproof: WebSocket is not supported, use HTTP"}}),
-                    {**_JSON, "connection": "close"},
-                )
-                _log.info("websocket_refused", host=host, path=path)
-            return
-
-        codec = detect(req.method, host, path, config.extra_hosts)
-        if codec is None:
-            if model_host and config.mode is Mode.REPLAY:
-                # Telemetry and settings on model hosts: answered locally so replay needs no network.
-                flow.response = http.Response.make(
-                    404,
-                    json.dumps({"error": {"message": "flowproof replay: not a model call, answered locally"}}),
-                    _JSON,
-                )
-            else:
-                # The user mapped this host (a gateway, a local model): its other traffic
-                # (traces, settings) goes there too, never to the real host with their key.
-                self._map_upstream(req)
-            return
-
-        raw = _content(req)
-        forwarded = raw
-        if config.tool_results:
-            try:
-                forwarded = codec.rewrite_tool_results(raw, config.tool_results)
-            except FlowproofError as e:
-                # The codec cannot read the body: forward it as sent; the hash then says what it is.
-                _log.warning("tool_results_not_substituted", provider=codec.name, reason=str(e))
-            if forwarded != raw:
-                req.content = forwarded
-        normalized = config.normalizer.apply(forwarded)
-        sha = body_sha256(normalized)
-        self.events.write("request_started", id=flow.id)
-        log = _log.bind(flow_id=flow.id, provider=codec.name)
-
-        if config.mode is Mode.REPLAY:
-            self._replay(flow, codec, sha, normalized, log)
-            return
-
-        self._flows[flow.id] = _FlowState(
-            codec=codec,
-            method=req.method,
-            url=redact_url(req.pretty_url),
-            headers=filter_headers(req.headers.items(multi=True)),
-            sha=sha,
-            body=_parse_body(normalized),
+def _check_record_target(config: AddonConfig) -> None:
+    if config.cassette is None:
+        raise exceptions.OptionsError(
+            "Cannot record without a cassette path: add --set flowproof_cassette=PATH"
         )
-        # The recorder taps the stream as SSE text; a compressed stream could not be read.
-        req.headers["accept-encoding"] = "identity"
-        mapped = self._map_upstream(req)
-        log.debug("model_call_forwarded", mapped=mapped)
-
-    def _map_upstream(self, req: http.Request) -> bool:
-        """Point a request for a mapped host at its upstream URL; True when it was mapped."""
-        target = self.config.upstream.get(normalize_host(req.pretty_host))
-        if target is None:
-            return False
-        req.scheme = target.scheme
-        req.host = target.host  # also updates Host / :authority
-        req.port = target.port
-        if target.path_prefix:
-            req.path = target.path_prefix + req.path
-        return True
-
-    def _replay(
-        self, flow: http.HTTPFlow, codec: Codec, sha: str, normalized: bytes, log: Any
-    ) -> None:
-        assert self.replayer is not None  # configure builds it for replay
-        decision = self.replayer.decide(codec.name, sha, _parse_body(normalized))
-        if isinstance(decision, Miss):
-            divergence = decision.divergence
-            text = divergence.render(self._record_command(self.config))
-            where = f"the flowproof report ({self.config.report})" if self.config.report else "the mitmproxy log"
-            message = f"flowproof replay diverged: {divergence.summary()}. The full report is in {where}."
-            # 400, never 5xx: SDKs and Claude Code retry 5xx for minutes.
-            flow.response = http.Response.make(400, codec.error_body(400, message), _JSON)
-            self.events.write("divergence", id=flow.id, text=text, divergence=divergence.to_json())
-            log.warning("request_unmatched", kind=divergence.kind, closest=divergence.closest_index)
-            return
-        turn = decision.turn
-        recorded = turn.response
-        headers = dict(recorded.headers)
-        if "content-type" not in headers:
-            headers["content-type"] = (
-                "text/event-stream" if recorded.events is not None
-                else "application/json" if recorded.body is not None
-                else "text/plain"
-            )
-        content = self.config.normalizer.restore(recorded.content())
-        flow.response = http.Response.make(recorded.status, content, headers)
-        self.events.write("turn", id=flow.id, mode="replay", turn=_turn_json(turn))
-        log.info("turn_replayed", turn=turn.index)
-
-    # ------------------------------------------------------------------ responses
-
-    def responseheaders(self, flow: http.HTTPFlow) -> None:
-        state = self._flows.get(flow.id)
-        if state is None or flow.response is None:
-            return
-        headers = flow.response.headers
-        if "text/event-stream" not in headers.get("content-type", "").lower():
-            return
-        encoding = headers.get("content-encoding", "").strip().lower()
-        if encoding and encoding != "identity":
-            return  # left buffered: mitmproxy decodes it and `response` parses the whole body
-        state.events = []
-        state.decoder = SSEDecoder()
-        flow.response.stream = _tap(state.decoder, state.events)
-
-    def response(self, flow: http.HTTPFlow) -> None:
-        try:
-            self._response(flow)
-        except Exception as e:  # noqa: BLE001 — see _hook_failed
-            self._hook_failed(flow, "response", e)
-
-    def _response(self, flow: http.HTTPFlow) -> None:
-        state = self._flows.pop(flow.id, None)
-        if state is None or flow.response is None:
-            return
-        try:
-            recorded = self._recorded_response(flow.response, state)
-        except FlowproofError as e:
-            self.events.write("error", id=flow.id, text=f"cannot record the response to {state.url}: {e}")
-            return
-        turn = RecordedTurn(
-            index=self._completed,
-            provider=state.codec.name,
-            request=RecordedRequest(state.method, state.url, state.headers, state.sha, state.body),
-            response=recorded,
+    parent = config.cassette.parent
+    if not parent.is_dir():
+        raise exceptions.OptionsError(
+            f"Cannot record to flowproof_cassette {config.cassette}: "
+            f"the directory {parent} does not exist — create it first"
         )
-        self._completed += 1
-        # Compare logs the live turn too: the runner checks the spec against the live trajectory.
-        self.events.write("turn", id=flow.id, mode=self.config.mode.value, turn=_turn_json(turn))
-        if self.config.mode is Mode.RECORD:
-            self.turns.append(turn)
-            _log.info("turn_recorded", flow_id=flow.id, provider=turn.provider, turn=turn.index)
-        else:
-            self._compare(flow.id, turn)
-
-    def error(self, flow: http.HTTPFlow) -> None:
-        state = self._flows.pop(flow.id, None)
-        if state is None:
-            return
-        reason = flow.error.msg if flow.error is not None else "unknown error"
-        text = f"the model call to {state.url} failed before it completed: {reason}"
-        self.events.write("error", id=flow.id, text=text)
-        _log.warning("model_call_failed", flow_id=flow.id, provider=state.codec.name)
-
-    def _recorded_response(self, response: http.Response, state: _FlowState) -> RecordedResponse:
-        normalizer = self.config.normalizer
-        headers = filter_headers(response.headers.items(multi=True))
-        events: tuple[SSEEvent, ...] | None = None
-        body: Any = None
-        text: str | None = None
-        if state.decoder is not None and state.events is not None:
-            state.events.extend(state.decoder.close())  # idempotent; mitmproxy already sent b""
-            events = tuple(state.events)
-            if not normalizer.is_identity:
-                data = encode_events(events)
-                portable = normalizer.portable(data)
-                if portable != data:
-                    events = tuple(parse_sse(portable))
-        else:
-            data = normalizer.portable(_content(response))
-            ctype = response.headers.get("content-type", "").lower()
-            if "text/event-stream" in ctype:
-                events = tuple(parse_sse(data))
-            elif data:
-                parsed = _parse_body(data) if "json" in ctype else None
-                if parsed is not None and not isinstance(parsed, str):
-                    body = parsed
-                else:
-                    text = data.decode("utf-8", "surrogateescape")
-        return RecordedResponse(response.status_code, headers, body=body, events=events, text=text)
-
-    def _compare(self, flow_id: str, live: RecordedTurn) -> None:
-        assert self.replayer is not None  # configure builds it for compare
-        decision = self.replayer.decide(live.provider, live.request.body_sha256, live.request.body)
-        if isinstance(decision, Miss):
-            divergence = decision.divergence
-            text = "the live request matches no recorded turn\n" + divergence.render(
-                self._record_command(self.config)
-            )
-            self.events.write("drift", id=flow_id, text=text, result=None, divergence=divergence.to_json())
-            _log.warning("compare_unmatched", flow_id=flow_id, kind=divergence.kind)
-            return
-        try:
-            recorded_view = turn_views(decision.turn).response
-            live_view = turn_views(live).response
-        except FlowproofError as e:
-            self.events.write("error", id=flow_id, text=f"cannot compare turn {decision.turn.index}: {e}")
-            return
-        assert recorded_view is not None and live_view is not None  # turn_views always builds both
-        result = compare_responses(recorded_view, live_view, decision.turn.index)
-        record_on_span(result)
-        handler = self.config.compare_handler
-        if handler is not None:
-            try:
-                handler(result)
-            except Exception as e:  # noqa: BLE001 — user code: report it, never crash the proxy
-                self.events.write(
-                    "error", id=flow_id,
-                    text=f"the compare handler {self.config.compare_handler_name} raised {type(e).__name__}: {e}",
-                )
-                return
-            self.events.write("compared", id=flow_id, result=result.to_json(), handled=True)
-        elif result.equal:
-            self.events.write("compared", id=flow_id, result=result.to_json())
-        else:
-            self.events.write("drift", id=flow_id, text=result.render(), result=result.to_json())
-        _log.info("turn_compared", flow_id=flow_id, turn=result.turn_index, equal=result.equal)
-
-
-def _tap(decoder: SSEDecoder, events: list[SSEEvent]) -> Callable[[bytes], bytes]:
-    """A ``flow.response.stream`` callable: each chunk goes on unchanged, a copy feeds the decoder.
-
-    mitmproxy calls it once more with ``b""`` when the stream ends.
-    """
-
-    def tap(chunk: bytes) -> bytes:
-        if chunk:
-            events.extend(decoder.feed(chunk))
-        else:
-            events.extend(decoder.close())
-        return chunk
-
-    return tap
-

@@ -1,15 +1,17 @@
 """The JSON-lines event log the runner reads (``flowproof_report``; schema in docs/internals.md).
 
-One JSON object a line, flushed per line, so a runner polling the file sees
-each event as soon as it happens. mitmproxy runs every hook on one event
-loop, so no locking is needed.
+One typed event (`flowproof.events`) a line, flushed per line, so a runner
+polling the file sees each event as soon as it happens. mitmproxy runs every
+hook on one event loop, so no locking is needed.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
+
+from flowproof.events import Event
 
 __all__ = ["EventLog"]
 
@@ -19,6 +21,8 @@ class EventLog:
 
     The file is opened lazily on the first event, in append mode, so a run that
     shares one log between several proxies (or restarts one) never truncates it.
+    It is the last addon of the flowproof chain: its ``done`` hook closes the
+    file after every other addon has written its last event.
     """
 
     __slots__ = ("_file", "path")
@@ -27,8 +31,8 @@ class EventLog:
         self.path = path
         self._file: IO[str] | None = None
 
-    def write(self, event: str, **fields: Any) -> None:
-        """Write ``{"event": event, **fields}`` as one line and flush it."""
+    def write(self, event: Event) -> None:
+        """Write ``event`` as one line and flush it."""
         if self.path is None:
             return
         if self._file is None:
@@ -36,7 +40,7 @@ class EventLog:
             # "\ud83d" escape) becomes the JSON escape "\udcff", so the line stays valid
             # JSON that loads back to the same string instead of failing the hook.
             self._file = open(self.path, "a", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
-        line = json.dumps({"event": event, **fields}, ensure_ascii=False, default=str)
+        line = json.dumps(event.to_json(), ensure_ascii=False, default=str)
         self._file.write(line + "\n")
         self._file.flush()
 
@@ -45,3 +49,7 @@ class EventLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def done(self) -> None:
+        """mitmproxy's shutdown hook: close the file."""
+        self.close()

@@ -14,15 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
+from flowproof.compare import CompareResult
 from flowproof.normalize import PRESETS, Normalizer
+from flowproof.spec import FlowSpec, VolatileRule, load_spec, resolve_variables
 from flowproof.wire import normalize_host
-
-if TYPE_CHECKING:
-    from flowproof.compare import CompareResult
-    from flowproof.spec.types import FlowSpec, VolatileRule
 
 __all__ = [
     "MODES",
@@ -158,9 +156,6 @@ def _volatile_rules(spec: FlowSpec) -> tuple[VolatileRule, ...]:
 
 
 def _load_spec(path: str, environ: Mapping[str, str]) -> FlowSpec:
-    # Imported lazily: the spec loader pulls in YAML, which replay without a spec never needs.
-    from flowproof.spec import load_spec, resolve_variables
-
     spec: FlowSpec = load_spec(Path(path))
     # Tool results may hold ${VAR} (mitmdump inherits the runner's environment), and
     # even a spec without variables needs its $${ escapes turned into a literal ${.

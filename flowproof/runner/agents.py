@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowproof.errors import AgentError
+from flowproof.cassette import turn_views
+from flowproof.errors import AgentError, FlowproofError
+from flowproof.events import TurnEvent
 
 #: Bytes of stdout/stderr kept per stream (the tail: errors are printed last).
 OUTPUT_LIMIT = 64 * 1024
@@ -100,11 +102,8 @@ def answer_complete(events: Sequence[dict[str, Any]], turns_before: int) -> bool
 
 def _ends_in_tool_call(event: dict[str, Any]) -> bool:
     try:
-        from flowproof.cassette import loads_cassette, turn_views
-
-        doc = {"format": 1, "route": "proxy", "turns": [event["turn"]]}
-        turn = turn_views(loads_cassette(json.dumps(doc), "event log").turns[0])
-    except Exception:  # noqa: BLE001 - an unreadable turn is judged complete; the flow reports it
+        turn = turn_views(TurnEvent.from_json(event).turn)
+    except FlowproofError:  # an unreadable turn is judged complete; the flow reports it
         return False
     return bool(turn.response is not None and turn.response.tool_calls)
 

@@ -1,6 +1,6 @@
 """The command line: ``flowproof-run`` and ``flowproof check|diff|show|env``.
 
-Names, options and exit codes are a contract (DESIGN.md, "The command line").
+Names, options and exit codes are a contract (docs/runner.md).
 Every `FlowproofError` is caught here and printed as one paragraph with no
 traceback; the process exits with the error's ``exit_code``.
 """
@@ -20,7 +20,11 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, SpecError
+from flowproof.cassette import load_cassette
+from flowproof.cassette_check import check_cassette, error_turns
+from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, SpecError
+from flowproof.heal import diff_cassettes
+from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
 from flowproof.runner.flags import (
     check_cassette_flag,
     check_extra_host,
@@ -29,6 +33,9 @@ from flowproof.runner.flags import (
     check_upstream_url,
     redact_url,
 )
+from flowproof.runner.flow import REVERSE_HOSTS, STAGED, Cancel, RunOptions, run_flow
+from flowproof.runner.report import render_json, render_text, show_cassette, worst_exit, write_junit
+from flowproof.spec import load_spec, unresolved_problems
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -124,8 +131,6 @@ def _on_signals(cancel: Any) -> Callable[[], None]:
 
 def _cassettes_of(specs: Sequence[Path]) -> list[tuple[Path, Path]]:
     """(spec, cassette) of each spec that loads; a spec that does not is reported by its flow."""
-    from flowproof.spec import load_spec
-
     pairs = []
     for path in specs:
         try:
@@ -159,8 +164,6 @@ def _run_flows(selected: Sequence[Path], options: Any, jobs: int, cancel: Any,
             if cancel.is_set() and signalled_at is None:
                 signalled_at = time.monotonic()
             if signalled_at is not None and time.monotonic() - signalled_at > CANCEL_GRACE:
-                from flowproof.runner.flow import STAGED, Interrupted
-
                 for staged in list(STAGED):
                     staged.unlink(missing_ok=True)
                 click.echo(f"flowproof: {Interrupted(cancel.signum)}", err=True)
@@ -216,8 +219,6 @@ def run_command(
     verbose: bool,
 ) -> None:
     """Run flow SPECs against their agents: replay (default), --record or --compare."""
-    from flowproof.runner.flow import Cancel, RunOptions, run_flow
-    from flowproof.runner.report import render_json, render_text, worst_exit, write_junit
 
     if cassette is not None and len(specs) > 1:
         raise FlowproofError("--cassette names one cassette, so it takes exactly one spec")
@@ -289,7 +290,6 @@ def cli() -> None:
 @_edge
 def check_command(specs: tuple[Path, ...]) -> None:
     """Validate SPECs without running anything."""
-    from flowproof.spec import load_spec, unresolved_problems
 
     bad = 0
     for path in specs:
@@ -316,9 +316,6 @@ def check_command(specs: tuple[Path, ...]) -> None:
 @_edge
 def diff_command(old: Path, new: Path) -> None:
     """The heal diff between two cassettes, turn by turn."""
-    from flowproof.cassette import load_cassette
-    from flowproof.cassette_check import check_cassette, error_turns
-    from flowproof.runner.report import diff_cassettes
 
     before, after = load_cassette(old), load_cassette(new)
     check_cassette(before, old)
@@ -332,9 +329,6 @@ def diff_command(old: Path, new: Path) -> None:
 @_edge
 def show_command(cassette: Path) -> None:
     """A cassette as a readable conversation."""
-    from flowproof.cassette import load_cassette
-    from flowproof.cassette_check import check_cassette
-    from flowproof.runner.report import show_cassette
 
     loaded = load_cassette(cassette)
     check_cassette(loaded, cassette)
@@ -347,12 +341,10 @@ def show_command(cassette: Path) -> None:
 @_edge
 def env_command(proxy_port: int, base_url: bool) -> None:
     """Print the exports an agent started by hand needs (eval "$(flowproof env)")."""
-    from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
 
     ca = ensure_ca(default_ca_dir())
     reverse = {}
     if base_url:
-        from flowproof.runner.flow import REVERSE_HOSTS
 
         reverse = {h: f"http://127.0.0.1:{proxy_port + 1 + i}" for i, h in enumerate(REVERSE_HOSTS)}
     env = agent_env(

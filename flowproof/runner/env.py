@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowproof.errors import FlowproofError
+from flowproof.wire.providers import PROVIDERS, base_url_vars, model_host_suffixes
+from flowproof.wire.providers import (
+    model_hosts as _wire_model_hosts,  # `model_hosts` is a parameter below
+)
 
 #: mitmproxy's file basename in its confdir (``mitmproxy-ca.pem`` …).
 CA_BASENAME = "mitmproxy"
@@ -27,33 +31,12 @@ SYSTEM_BUNDLES = (
     Path("/etc/pki/tls/certs/ca-bundle.crt"),
     Path("/etc/ssl/cert.pem"),
 )
-#: Set in replay when the user has no key: no request leaves the machine, but SDKs
-#: refuse to start without one.
+#: Set in replay (and with ``--upstream``) when the user has no key for a provider: no
+#: request reaches the provider, but SDKs refuse to start without one.
 PLACEHOLDER_KEY = "flowproof-replay-placeholder"
-PLACEHOLDER_KEY_VARS = (
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "CODEX_API_KEY",
-)
-#: Model hosts that must never be bypassed through NO_PROXY.
-MODEL_HOSTS = (
-    "api.openai.com",
-    "api.anthropic.com",
-    "generativelanguage.googleapis.com",
-    "chatgpt.com",
-)
 #: Always direct: the agent keeps reaching its own local services (and base-URL listeners).
 LOCAL_NO_PROXY = ("localhost", "127.0.0.1", "::1")
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
-#: (host, variable, suffix): base-URL variables per model host for route ``base_url``.
-BASE_URL_VARS = (
-    ("api.openai.com", "OPENAI_BASE_URL", "/v1"),
-    ("api.anthropic.com", "ANTHROPIC_BASE_URL", ""),
-    ("generativelanguage.googleapis.com", "GOOGLE_GEMINI_BASE_URL", ""),
-)
-
 
 class CAError(FlowproofError):
     """The flowproof CA directory cannot be created or read."""
@@ -153,21 +136,26 @@ def _write_if_changed(path: Path, content: bytes) -> None:
         raise
 
 
-def no_proxy_value(existing: str, model_hosts: Iterable[str]) -> str:
+def no_proxy_value(existing: str, model_hosts: Iterable[str], host_suffixes: Iterable[str] = ()) -> str:
     """``existing`` NO_PROXY entries minus those that would bypass a model host, plus loopback.
 
     An entry bypasses a host when it is ``*``, the host itself, or a domain suffix
-    of it (``.openai.com``, ``openai.com``).
+    of it (``.openai.com``, ``openai.com``). It bypasses a host family of
+    ``host_suffixes`` (``.openai.azure.com``) when it names a host of the family
+    (``res.openai.azure.com``) or a domain above it (``azure.com``).
     """
     hosts = [h.lower() for h in model_hosts]
+    families = [s.lower() for s in host_suffixes]
     kept: list[str] = []
     for raw in existing.split(","):
         entry = raw.strip()
         if not entry:
             continue
         name = entry.lower().split(":")[0] if entry.count(":") == 1 else entry.lower()
-        bare = name.lstrip("*").lstrip(".")
+        bare = name.lstrip("*").lstrip(".").rstrip(".")
         if name == "*" or any(h == bare or h.endswith("." + bare) for h in hosts):
+            continue
+        if any(_covers_family(bare, suffix) for suffix in families):
             continue
         if entry not in kept:
             kept.append(entry)
@@ -175,6 +163,29 @@ def no_proxy_value(existing: str, model_hosts: Iterable[str]) -> str:
         if local not in kept:
             kept.append(local)
     return ",".join(kept)
+
+
+def _covers_family(bare: str, suffix: str) -> bool:
+    root = suffix.lstrip(".")
+    return bare.endswith(suffix) or bare == root or root.endswith("." + bare)
+
+
+def placeholder_key_vars(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The key variables that get `PLACEHOLDER_KEY` in ``env``: those of every provider with no key.
+
+    A provider's key variables are read in a precedence order (google-genai reads
+    ``GOOGLE_API_KEY`` before ``GEMINI_API_KEY``; the anthropic SDK prefers
+    ``ANTHROPIC_API_KEY`` over ``ANTHROPIC_AUTH_TOKEN``), so a placeholder in any
+    of them could shadow the user's key in another. A provider gets placeholders
+    only when none of its variables holds a key (an empty value is no key: every
+    SDK treats it as missing), and then in its ``placeholder_vars``.
+    """
+    names: list[str] = []
+    for row in PROVIDERS:
+        if any(env.get(var) for var in row.key_vars):
+            continue
+        names.extend(var for var in row.placeholder_vars if var not in names)
+    return tuple(names)
 
 
 def agent_env(
@@ -186,21 +197,29 @@ def agent_env(
     reverse_urls: Mapping[str, str] | None = None,
     placeholder_keys: bool = False,
     model_hosts: Iterable[str] = (),
+    overrides: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment for the agent process: ``base`` plus proxy, CA and routing variables.
 
     ``reverse_urls`` maps a model host to its reverse listener (``http://127.0.0.1:P``)
-    for ``route="base_url"``. ``placeholder_keys`` fills missing API keys (replay).
+    for ``route="base_url"``. ``placeholder_keys`` gives a placeholder key to each
+    provider the user has no key for (replay, ``--upstream``; see `placeholder_key_vars`).
     ``model_hosts`` adds hosts (upstream maps, gateways) that NO_PROXY must not bypass.
+    ``overrides`` (the spec's ``agent.env``) are applied last, and a key set there
+    counts as the user's when placeholders are chosen.
     """
     env = dict(base)
     for name in PROXY_VARS:
         env[name] = proxy_url
     # ALL_PROXY is left as the user set it: every client that reads it prefers the
     # scheme-specific variables above, and curl treats it as "any protocol" (socks too).
-    hosts = tuple(MODEL_HOSTS) + tuple(model_hosts)
+    # Every model host of the provider table, plus the run's own: a NO_PROXY entry that
+    # covers one would let the agent's model calls bypass the proxy unrecorded.
+    hosts = (*_wire_model_hosts(), *model_hosts)
     no_proxy = no_proxy_value(
-        ",".join(v for v in (base.get("NO_PROXY", ""), base.get("no_proxy", "")) if v), hosts
+        ",".join(v for v in (base.get("NO_PROXY", ""), base.get("no_proxy", "")) if v),
+        hosts,
+        model_host_suffixes(),
     )
     env["NO_PROXY"] = no_proxy
     env["no_proxy"] = no_proxy
@@ -217,18 +236,18 @@ def agent_env(
     # Node 22.21+/24+ built-in fetch honours HTTPS_PROXY only with this opt-in.
     env["NODE_USE_ENV_PROXY"] = "1"
     # Claude Code retries a failed call 10 times over minutes; a replay miss or an
-    # injected error should fail fast (AGENTS.md row 8).
+    # injected error should fail fast (docs/proxy-env.md).
     env.setdefault("CLAUDE_CODE_MAX_RETRIES", "2")
 
     if route == "base_url":
-        for host, var, suffix in BASE_URL_VARS:
+        for host, var in base_url_vars():
             url = (reverse_urls or {}).get(host)
             if url:
-                env[var] = url.rstrip("/") + suffix
+                env[var.name] = url.rstrip("/") + var.suffix
+    env.update(overrides or {})
     if placeholder_keys:
-        for name in PLACEHOLDER_KEY_VARS:
-            if not env.get(name):
-                env[name] = PLACEHOLDER_KEY
+        for name in placeholder_key_vars(env):
+            env[name] = PLACEHOLDER_KEY
     return env
 
 

@@ -1,11 +1,12 @@
-"""Reports: human text, JSON, JUnit XML; the heal diff between two cassettes; a readable cassette.
+"""Reports: human text, JSON, JUnit XML, and a readable cassette. Rendering only.
 
-Human text ends with one line that says what to do next.
+The verdict comes from `flowproof.verdict`, the heal diff from `flowproof.heal`;
+this module turns them into text. Human text ends with one line that says what
+to do next.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from flowproof.cassette import Cassette
 from flowproof.errors import (
     EXIT_AGENT,
     EXIT_ASSERTION,
@@ -21,7 +23,7 @@ from flowproof.errors import (
     EXIT_OK,
     EXIT_USAGE,
 )
-from flowproof.model import ToolCall, Turn
+from flowproof.heal import readable_turns, short_text
 from flowproof.runner.flow import FlowResult
 
 PASS, FAIL = "✓", "✗"
@@ -274,182 +276,12 @@ def write_junit(results: Sequence[FlowResult], path: Path) -> None:
 # --------------------------------------------------------------------------- cassettes
 
 
-def _views(cassette: Any) -> list[tuple[Any, Turn | None, str | None]]:
-    """(recorded turn, view or None, why not) for every turn; a turn no codec reads is still shown."""
-    from flowproof.cassette import turn_views
-    from flowproof.errors import FlowproofError
-
-    out: list[tuple[Any, Turn | None, str | None]] = []
-    for rt in cassette.turns:
-        try:
-            out.append((rt, turn_views(rt), None))
-        except FlowproofError as e:
-            out.append((rt, None, str(e)))
-    return out
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Leaf paths in the spec's dotted syntax (``flight.id``, ``passengers.0.name``)."""
-    if isinstance(value, dict) and value:
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    if isinstance(value, list) and value:
-        out = {}
-        for i, v in enumerate(value):
-            out.update(_flatten(v, f"{prefix}.{i}" if prefix else str(i)))
-        return out
-    return {prefix: value}
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def _call_diff(old: ToolCall, new: ToolCall) -> list[str]:
-    if old.canonical_arguments() == new.canonical_arguments():
-        return []
-    if not (old.is_json and new.is_json):
-        return [f"{new.name} arguments: {old.arguments_raw} -> {new.arguments_raw}"]
-    a, b = _flatten(old.arguments), _flatten(new.arguments)
-    lines = []
-    for path in sorted(set(a) | set(b)):
-        label = f"{new.name} {path}" if path else f"{new.name} arguments"
-        if path not in a:
-            lines.append(f"{label}: added {_show(b[path])}")
-        elif path not in b:
-            lines.append(f"{label}: removed (was {_show(a[path])})")
-        elif a[path] != b[path] or type(a[path]) is not type(b[path]):
-            before, after = _show(a[path]), _show(b[path])
-            if before == after:
-                # "311" -> 311, true -> "true": bare text would print the same twice.
-                before, after = json.dumps(a[path], ensure_ascii=False), json.dumps(b[path], ensure_ascii=False)
-            lines.append(f"{label}: {before} -> {after}")
-    return lines
-
-
-def _text(s: str, limit: int = 200) -> str:
-    s = " ".join(s.split())
-    return repr(s if len(s) <= limit else s[:limit] + "…")
-
-
-def _turn_diff(old: Turn, new: Turn) -> list[str]:
-    lines: list[str] = []
-    if old.request.model != new.request.model:
-        lines.append(f"model: {old.request.model} -> {new.request.model}")
-    if old.request.tools != new.request.tools:
-        added = [t for t in new.request.tools if t not in old.request.tools]
-        removed = [t for t in old.request.tools if t not in new.request.tools]
-        if added:
-            lines.append(f"tools offered: added {', '.join(added)}")
-        if removed:
-            lines.append(f"tools offered: removed {', '.join(removed)}")
-    if old.request.system != new.request.system:
-        lines.append("system prompt changed")
-    if old.request.roles != new.request.roles:
-        lines.append(f"message roles: {' '.join(old.request.roles)} -> {' '.join(new.request.roles)}")
-    ocalls = old.response.tool_calls if old.response else ()
-    ncalls = new.response.tool_calls if new.response else ()
-    for i in range(max(len(ocalls), len(ncalls))):
-        if i >= len(ocalls):
-            lines.append(f"tool call added: {ncalls[i].name} {ncalls[i].canonical_arguments()}")
-        elif i >= len(ncalls):
-            lines.append(f"tool call removed: {ocalls[i].name} {ocalls[i].canonical_arguments()}")
-        elif ocalls[i].name != ncalls[i].name:
-            lines.append(f"tool call {i}: {ocalls[i].name} -> {ncalls[i].name}")
-        else:
-            lines += _call_diff(ocalls[i], ncalls[i])
-    otext = old.response.text if old.response else ""
-    ntext = new.response.text if new.response else ""
-    if otext != ntext:
-        before, after = _text(otext), _text(ntext)
-        if before == after:
-            # The change is in whitespace or past the shown prefix: show where it is.
-            at = next((k for k, (x, y) in enumerate(zip(otext, ntext)) if x != y), min(len(otext), len(ntext)))
-            start = max(0, at - 40)
-            where = f" (from character {start})" if start else ""
-            before, after = repr(otext[start : start + 160]), repr(ntext[start : start + 160])
-            lines.append(f"text{where}: {before} -> {after}")
-        else:
-            lines.append(f"text: {before} -> {after}")
-    if old.response and new.response and old.response.finish_reason != new.response.finish_reason:
-        lines.append(f"finish: {old.response.finish_reason} -> {new.response.finish_reason}")
-    return lines
-
-
-def diff_cassettes(old: Any, new: Any) -> str:
-    """The heal diff, turn by turn: tool calls added/removed, argument paths that moved,
-    text changes, turns added/removed. Empty string when the trajectories are the same.
-
-    Requests are compared by envelope (model, tools, roles, system prompt), not bytes:
-    the reviewer needs what changed in behaviour.
-    """
-    a, b = _views(old), _views(new)
-    lines: list[str] = []
-    if old.route != new.route:
-        lines.append(f"route: {old.route} -> {new.route}")
-    # Turns are aligned on what each one did (its tool calls, or a text answer), so one
-    # inserted or dropped call reads as that, not as every later turn having changed.
-    matcher = difflib.SequenceMatcher(
-        a=[_turn_key(e) for e in a], b=[_turn_key(e) for e in b], autojunk=False
-    )
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        paired = min(i2 - i1, j2 - j1) if tag in ("equal", "replace") else 0
-        for k in range(paired):
-            lines += _paired_turn_diff(a[i1 + k], b[j1 + k], i1 + k, j1 + k)
-        for i in range(i1 + paired, i2):
-            lines.append(f"turn {i}: removed — {_summary(a[i])}")
-        for j in range(j1 + paired, j2):
-            lines.append(f"turn {j}: added — {_summary(b[j])}")
-    return "\n".join(lines)
-
-
-def _turn_key(entry: tuple[Any, Turn | None, str | None]) -> tuple[str, ...]:
-    rt, view, _ = entry
-    if view is None:
-        return ("unreadable", rt.request.body_sha256)
-    calls = view.response.tool_calls if view.response else ()
-    # Arguments are part of the key so that of two calls to one tool, the unchanged one
-    # pairs up; a turn whose arguments moved is still paired, as a replacement.
-    return tuple(f"{c.name} {c.canonical_arguments()}" for c in calls) or ("text",)
-
-
-def _paired_turn_diff(
-    old: tuple[Any, Turn | None, str | None], new: tuple[Any, Turn | None, str | None], i: int, j: int
-) -> list[str]:
-    (ort, ov, oerr), (nrt, nv, nerr) = old, new
-    label = f"turn {j}" if i == j else f"turn {j} (was turn {i})"
-    if ov is None or nv is None:
-        if ort.request.body_sha256 != nrt.request.body_sha256 or ort.response != nrt.response:
-            return [f"{label}: changed ({oerr or nerr})"]
-        return []
-    changes = _turn_diff(ov, nv)
-    if ort.provider != nrt.provider:
-        changes.insert(0, f"provider: {ort.provider} -> {nrt.provider}")
-    if not changes and ort.request.body_sha256 != nrt.request.body_sha256:
-        changes.append("request body changed (same model, tools and roles)")
-    return [f"{label}: {change}" for change in changes]
-
-
-def _summary(entry: tuple[Any, Turn | None, str | None]) -> str:
-    rt, view, err = entry
-    if view is None:
-        return f"{rt.provider} ({err})"
-    calls = view.response.tool_calls if view.response else ()
-    if calls:
-        return f"{rt.provider}, calls " + ", ".join(f"{c.name} {c.canonical_arguments()}" for c in calls)
-    return f"{rt.provider}, text {_text(view.response.text if view.response else '')}"
-
-
-def show_cassette(cassette: Any, path: Path | str = "") -> str:
+def show_cassette(cassette: Cassette, path: Path | str = "") -> str:
     """A cassette as a readable conversation: per turn the provider, model, roles,
     the newest user text, tool calls with arguments and the reply text."""
     header = f"{path}: " if path else ""
     lines = [f"{header}{len(cassette.turns)} turn(s), route {cassette.route}, format {cassette.format}"]
-    for rt, view, err in _views(cassette):
+    for rt, view, err in readable_turns(cassette):
         req = rt.request
         lines.append("")
         lines.append(f"turn {rt.index} — {rt.provider} — {req.method} {req.url} — status {rt.response.status}")
@@ -461,11 +293,11 @@ def show_cassette(cassette: Any, path: Path | str = "") -> str:
         if view.request.tools:
             lines.append(f"  tools offered: {', '.join(view.request.tools)}")
         if view.request.system:
-            lines.append(f"  system: {_text(view.request.system, 120)}")
+            lines.append(f"  system: {short_text(view.request.system, 120)}")
         if view.request.prompt:
-            lines.append(f"  user: {_text(view.request.prompt, 300)}")
+            lines.append(f"  user: {short_text(view.request.prompt, 300)}")
         for result in view.request.tool_results:
-            lines.append(f"  tool result ({result.name or result.call_id}): {_text(result.content, 200)}")
+            lines.append(f"  tool result ({result.name or result.call_id}): {short_text(result.content, 200)}")
         response = view.response
         if response is None:
             continue

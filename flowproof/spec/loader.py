@@ -36,6 +36,7 @@ from flowproof.spec.types import (
     VolatileRule,
 )
 from flowproof.spec.variables import VariableSyntaxError, check_variables, has_variables
+from flowproof.wire.providers import conversation_vocabulary
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -80,17 +81,14 @@ _RULE_NAME = re.compile(r"[a-z0-9_-]+")
 _CALLABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 _URL = re.compile(r"https?://\S+")
 
-# Volatile-rule refusals (DESIGN.md, "Real agents"): body roots that carry the
-# conversation, and keys below them that carry content rather than metadata.
-_CONVERSATION_ROOTS = {"messages": "a whole message", "input": "a whole message",
-                       "contents": "a whole message"}
-_SYSTEM_ROOTS = {"system", "instructions", "systemInstruction", "system_instruction"}
-_TOOL_ROOTS = {"tools", "functions"}
-_CONTENT_KEYS = {
-    "content", "parts", "text", "output", "input", "arguments", "args", "tool_calls",
-    "function", "function_call", "functionCall", "functionResponse", "function_response",
-    "response", "result", "role", "name", "thinking", "summary", "type", "source", "data",
-}
+# Volatile-rule refusals (docs/volatile.md): body roots that carry the conversation, and keys
+# below them that carry content rather than metadata, for every provider (wire/providers.py).
+_VOCABULARY = conversation_vocabulary()
+_CONVERSATION_ROOTS = _VOCABULARY.message_roots
+_SYSTEM_ROOTS = _VOCABULARY.system_roots
+_TOOL_ROOTS = _VOCABULARY.tool_roots
+_MODEL_ROOTS = _VOCABULARY.model_roots
+_CONTENT_KEYS = _VOCABULARY.content_keys
 _REFUSAL_REASON = "it would hide exactly the edit replay exists to catch"
 
 
@@ -107,7 +105,7 @@ def volatile_refusal(segments: tuple[str, ...], has_pattern: bool) -> str | None
     root = segments[0]
     if root in _TOOL_ROOTS:
         return "the tool list"
-    if root == "model":
+    if root in _MODEL_ROOTS:
         return "the model"
     if has_pattern:
         return None

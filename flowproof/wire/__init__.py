@@ -22,12 +22,12 @@ call of that API. Extra hosts also count as model hosts for `is_model_host`.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Collection
-from functools import cache
 
 from flowproof.errors import WireError
+from flowproof.wire import anthropic, gemini, openai_chat, openai_responses
 from flowproof.wire.base import Codec
+from flowproof.wire.providers import PROVIDERS, Provider, model_host_suffixes, model_hosts, provider
 from flowproof.wire.sse import (
     SSEDecoder,
     SSEEvent,
@@ -40,7 +40,9 @@ from flowproof.wire.sse import (
 __all__ = [
     "CODEC_NAMES",
     "MODEL_HOSTS",
+    "PROVIDERS",
     "Codec",
+    "Provider",
     "SSEDecoder",
     "SSEEvent",
     "available_codecs",
@@ -52,42 +54,26 @@ __all__ = [
     "make_event",
     "normalize_host",
     "parse_sse",
+    "provider",
 ]
 
-#: Every provider id a cassette may name, in detection order.
-CODEC_NAMES: tuple[str, ...] = ("openai-chat", "openai-responses", "anthropic", "gemini")
+#: Every provider id a cassette may name, in detection order (the order of the provider table).
+CODEC_NAMES: tuple[str, ...] = tuple(p.name for p in PROVIDERS)
 
-_MODULES = {
-    "openai-chat": "flowproof.wire.openai_chat",
-    "openai-responses": "flowproof.wire.openai_responses",
-    "anthropic": "flowproof.wire.anthropic",
-    "gemini": "flowproof.wire.gemini",
+# Every codec, keyed by its provider id, in the order of the provider table.
+_ALL: tuple[Codec, ...] = (openai_chat.CODEC, openai_responses.CODEC, anthropic.CODEC, gemini.CODEC)
+_CODECS: dict[str, Codec] = {
+    codec.name: codec for codec in sorted(_ALL, key=lambda c: CODEC_NAMES.index(c.name))
 }
 
-#: Well-known model API hosts (Azure OpenAI and Vertex AI are matched by suffix, see `is_model_host`).
-MODEL_HOSTS: frozenset[str] = frozenset(
-    {
-        "api.openai.com",
-        "api.anthropic.com",
-        "generativelanguage.googleapis.com",
-        "openrouter.ai",
-        "api.groq.com",
-        "api.mistral.ai",
-        "api.deepseek.com",
-        "api.together.xyz",
-        "api.fireworks.ai",
-        "api.x.ai",
-    }
-)
-_MODEL_HOST_SUFFIXES = (".openai.azure.com", "aiplatform.googleapis.com")
+#: Well-known model API hosts, from the provider table (`flowproof.wire.providers`). Azure
+#: OpenAI and Vertex AI are matched by suffix, see `is_model_host`.
+MODEL_HOSTS: frozenset[str] = frozenset(model_hosts())
+_MODEL_HOST_SUFFIXES = model_host_suffixes()
 
-# The path suffix of each API, for extra hosts (most specific first).
-_SUFFIXES: tuple[tuple[str, str], ...] = (
-    ("/chat/completions", "openai-chat"),
-    ("/responses", "openai-responses"),
-    ("/messages", "anthropic"),
-    (":streamGenerateContent", "gemini"),
-    (":generateContent", "gemini"),
+# The path suffix of each API, for extra hosts (the table lists each API's most specific first).
+_SUFFIXES: tuple[tuple[str, str], ...] = tuple(
+    (suffix, p.name) for p in PROVIDERS for suffix in p.path_suffixes
 )
 
 
@@ -101,38 +87,19 @@ def normalize_host(host: str) -> str:
     return host.rstrip(".")
 
 
-@cache
-def _load(name: str) -> Codec | None:
-    try:
-        module = importlib.import_module(_MODULES[name])
-    except ModuleNotFoundError as e:
-        # anthropic.py and gemini.py are written alongside this registry; until a
-        # module lands its API is simply not detected. Only a missing codec module is
-        # tolerated: an import error inside an existing module still surfaces.
-        if e.name == _MODULES[name]:
-            return None
-        raise
-    codec: Codec = module.CODEC
-    return codec
-
-
 def available_codecs() -> tuple[Codec, ...]:
-    """The codecs whose modules are installed, in detection order."""
-    return tuple(c for c in (_load(n) for n in CODEC_NAMES) if c is not None)
+    """Every codec, in detection order."""
+    return tuple(_CODECS.values())
 
 
 def codec_by_name(name: str) -> Codec:
-    """The codec stored in a cassette as ``name``; `WireError` for an unknown or missing one."""
-    if name not in _MODULES:
+    """The codec stored in a cassette as ``name``; `WireError` for an unknown one."""
+    codec = _CODECS.get(name)
+    if codec is None:
         raise WireError(
             name,
             "provider",
             f"unknown provider; a cassette names one of {', '.join(CODEC_NAMES)}",
-        )
-    codec = _load(name)
-    if codec is None:
-        raise WireError(
-            name, "provider", f"the {name} codec is not available in this flowproof build"
         )
     return codec
 
@@ -162,5 +129,5 @@ def detect(method: str, host: str, path: str, extra_hosts: Collection[str] = ())
         trimmed = path.rstrip("/")
         for suffix, name in _SUFFIXES:
             if trimmed.endswith(suffix):
-                return _load(name)
+                return _CODECS[name]
     return None

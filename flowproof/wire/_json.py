@@ -171,3 +171,18 @@ class FieldReader:
 
     def _mismatch(self, field_name: str, expected: str, value: Any) -> WireError:
         return WireError(self.provider, field_name, f"expected {expected}, got {json_kind(value)}")
+
+
+def error_message(body: Any) -> str | None:
+    """The message of a parsed JSON error body: ``{"error": {"message"}}`` (OpenAI, Gemini,
+    and Anthropic inside its envelope), ``{"error": "…"}`` or ``{"message": "…"}``."""
+    if not isinstance(body, dict):
+        return None
+    err = body.get("error")
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        return str(err["message"])
+    if isinstance(err, str):
+        return err
+    if isinstance(body.get("message"), str):
+        return str(body["message"])
+    return None

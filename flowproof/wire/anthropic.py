@@ -28,7 +28,7 @@ from typing import Any
 
 from flowproof.errors import WireError
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
-from flowproof.wire._json import FieldReader, compact_dumps, json_kind
+from flowproof.wire._json import FieldReader, compact_dumps, error_message, json_kind
 from flowproof.wire.sse import SSEEvent
 
 __all__ = ["CODEC", "AnthropicCodec"]
@@ -408,6 +408,10 @@ class AnthropicCodec:
         if error_type is None:
             error_type = "api_error" if status >= 500 else "invalid_request_error"
         return _dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
+
+    def error_text(self, body: Any) -> str | None:
+        """The message of a parsed error body in this API's shape, else None."""
+        return error_message(body)
 
 
 CODEC = AnthropicCodec()

@@ -50,3 +50,8 @@ class Codec(Protocol):
     def error_body(self, status: int, message: str) -> bytes:
         """An error response body in this provider's own error format."""
         ...
+
+    def error_text(self, body: Any) -> str | None:
+        """The message of a parsed error response body (the inverse of `error_body`),
+        or None when the body is not in this provider's error shape."""
+        ...

@@ -28,7 +28,7 @@ from typing import Any
 
 from flowproof.errors import WireError
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
-from flowproof.wire._json import FieldReader, compact_dumps
+from flowproof.wire._json import FieldReader, compact_dumps, error_message
 from flowproof.wire.sse import SSEEvent
 
 __all__ = ["CODEC", "GeminiCodec", "model_from_path"]
@@ -375,6 +375,10 @@ class GeminiCodec:
         if name is None:
             name = "INTERNAL" if status >= 500 else "INVALID_ARGUMENT"
         return _dumps({"error": {"code": status, "message": message, "status": name}}).encode()
+
+    def error_text(self, body: Any) -> str | None:
+        """The message of a parsed error body in this API's shape, else None."""
+        return error_message(body)
 
 
 CODEC = GeminiCodec()

@@ -18,6 +18,7 @@ from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, T
 from flowproof.wire._json import (
     content_text,
     dump_body,
+    error_message,
     expect_list,
     expect_object,
     load_json_body,
@@ -348,6 +349,10 @@ class OpenAIChatCodec:
     def error_body(self, status: int, message: str) -> bytes:
         """``{"error": {"message", "type", "param", "code"}}`` as OpenAI sends it."""
         return openai_error_body(status, message)
+
+    def error_text(self, body: Any) -> str | None:
+        """The message of a parsed error body in this API's shape, else None."""
+        return error_message(body)
 
 
 def _index_fallback(calls: dict[Any, _PartialCall], delta: dict[str, Any], position: int) -> int:

@@ -19,6 +19,7 @@ from flowproof.wire._json import (
     compact_json,
     content_text,
     dump_body,
+    error_message,
     expect_list,
     expect_object,
     load_json_body,
@@ -27,6 +28,7 @@ from flowproof.wire._json import (
     substitute_outputs,
 )
 from flowproof.wire.openai_chat import openai_error_body, wants_stream
+from flowproof.wire.providers import provider
 from flowproof.wire.sse import SSEEvent
 
 NAME = "openai-responses"
@@ -37,7 +39,7 @@ _OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 # Hosts that serve the Responses API under a path other than /v1/responses (Azure's /openai/responses).
-_RESPONSES_HOST_SUFFIXES = (".openai.azure.com",)
+_RESPONSES_HOST_SUFFIXES = provider(NAME).host_suffixes
 
 
 def _items(body: dict[str, Any]) -> list[Any]:
@@ -371,6 +373,10 @@ class OpenAIResponsesCodec:
     def error_body(self, status: int, message: str) -> bytes:
         """``{"error": {"message", "type", "param", "code"}}`` as OpenAI sends it."""
         return openai_error_body(status, message)
+
+    def error_text(self, body: Any) -> str | None:
+        """The message of a parsed error body in this API's shape, else None."""
+        return error_message(body)
 
 
 CODEC = OpenAIResponsesCodec()

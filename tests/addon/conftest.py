@@ -6,6 +6,7 @@ every test goes through the small wrappers here.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 from mitmproxy import http
+from mitmproxy.hooks import all_hooks
 from mitmproxy.test import taddons, tflow, tutils
 
 from flowproof.addon import Flowproof
@@ -28,9 +30,9 @@ from flowproof.cassette import (
     RecordedRequest,
     RecordedResponse,
     RecordedTurn,
-    body_sha256,
     save_cassette,
 )
+from flowproof.request_key import body_sha256
 from flowproof.wire.sse import make_event
 
 CHAT_PATH = "/v1/chat/completions"
@@ -101,11 +103,30 @@ def read_log(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+class Hooks:
+    """Calls a hook the way mitmproxy does: on the root addon, then on each of its children.
+
+    ``hooks.request(flow)`` is mitmproxy's ``request`` event for the whole flowproof chain.
+    """
+
+    def __init__(self, tctx: taddons.context, root: Flowproof) -> None:
+        self._tctx = tctx
+        self.root = root
+
+    def __getattr__(self, name: str) -> Any:
+        hook = all_hooks[name]
+
+        def invoke(*args: Any) -> None:
+            self._tctx.master.addons.invoke_addon_sync(self.root, hook(*args))
+
+        return invoke
+
+
 @dataclass
 class Harness:
     """An addon inside a mitmproxy test context, plus the run's files."""
 
-    addon: Flowproof
+    addon: Hooks
     tctx: taddons.context
     tmp: Path
 
@@ -128,8 +149,73 @@ def harness(tmp_path: Path) -> Iterator[Harness]:
     """A fresh addon in a mitmproxy test context."""
     addon = Flowproof()
     with taddons.context(addon) as tctx:
-        yield Harness(addon, tctx, tmp_path)
+        yield Harness(Hooks(tctx, addon), tctx, tmp_path)
     addon.events.close()
+
+
+SPEC = """\
+name: Booking
+app: agent
+agent:
+  command: python agent.py
+tools:
+  - name: search_flights
+    result: { flights: [ { id: KQ311 } ] }
+steps:
+  - prompt: Book me a flight
+"""
+
+
+def tool_round_body(result: str) -> bytes:
+    """A chat request that carries a search_flights tool result."""
+    body = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Book"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "search_flights", "arguments": "{\"dest\":\"NBO\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": result},
+        ],
+        "stream": True,
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def sse_response(flow: http.HTTPFlow) -> None:
+    flow.response = tutils.tresp(
+        status_code=200, headers=http.Headers([(b"content-type", b"text/event-stream")]), content=b""
+    )
+
+
+def stream_through(h: Harness, flow: http.HTTPFlow, chunks: list[bytes]) -> list[bytes]:
+    """Run the response side of a streamed flow; return what the client received."""
+    sse_response(flow)
+    h.addon.responseheaders(flow)
+    stream: Any = flow.response.stream  # type: ignore[union-attr]
+    assert callable(stream)
+    out = [stream(c) for c in chunks]
+    out.append(stream(b""))
+    h.addon.response(flow)
+    return out
+
+
+def json_response(flow: http.HTTPFlow, body: dict[str, Any]) -> None:
+    flow.response = tutils.tresp(
+        status_code=200, headers=http.Headers([(b"content-type", b"application/json")]),
+        content=json.dumps(body).encode(),
+    )
+
+
+def gzipped(data: bytes) -> bytes:
+    """``data`` gzip-compressed, reproducibly."""
+    return gzip.compress(data, mtime=0)
+
+
+CUT_EMOJI_BODY = json.dumps(
+    {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "cut \ud83d"}]}
+).encode()
 
 
 # --------------------------------------------------------------------------- end to end

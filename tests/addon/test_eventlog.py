@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from flowproof.addon.eventlog import EventLog
+from flowproof.events import DoneEvent, ErrorEvent, Listener, ReadyEvent
 
 
 class TestEventLog:
@@ -14,7 +15,7 @@ class TestEventLog:
         path = tmp_path / "e.jsonl"
         path.write_text('{"event": "earlier"}\n')
         log = EventLog(path)
-        log.write("ready", listen=[{"mode": "regular", "host": "127.0.0.1", "port": 1}])
+        log.write(ReadyEvent((Listener("regular", "127.0.0.1", 1),), "replay"))
         lines = [json.loads(x) for x in path.read_text().splitlines()]
         log.close()
         assert [e["event"] for e in lines] == ["earlier", "ready"]
@@ -23,7 +24,7 @@ class TestEventLog:
     def test_no_path_writes_nothing(self, tmp_path: Path):
         """Without a path, writing is a no-op."""
         log = EventLog(None)
-        log.write("ready")
+        log.write(DoneEvent())
         assert list(tmp_path.iterdir()) == []
 
     def test_lone_surrogates_stay_valid_json(self, tmp_path: Path):
@@ -31,9 +32,19 @@ class TestEventLog:
         path = tmp_path / "e.jsonl"
         log = EventLog(path)
         text = "not utf-8 \udcff\udcfe, cut emoji \ud83d, fine é"
-        log.write("turn", text=text)
-        log.write("done")
+        log.write(ErrorEvent(text))
+        log.write(DoneEvent())
         log.close()
         lines = path.read_text(encoding="utf-8").splitlines()
-        assert [json.loads(x)["event"] for x in lines] == ["turn", "done"]
+        assert [json.loads(x)["event"] for x in lines] == ["error", "done"]
         assert json.loads(lines[0])["text"] == text
+
+    def test_done_hook_closes_the_file(self, tmp_path: Path):
+        """mitmproxy's done hook closes the log; a later write reopens it and appends."""
+        path = tmp_path / "e.jsonl"
+        log = EventLog(path)
+        log.write(DoneEvent())
+        log.done()
+        log.write(DoneEvent(text="again"))
+        log.close()
+        assert [json.loads(x)["text"] for x in path.read_text().splitlines()] == ["", "again"]

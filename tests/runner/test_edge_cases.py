@@ -3,7 +3,6 @@ the heal diff's display, and killing agent children that left the process group.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shlex
@@ -18,22 +17,15 @@ from xml.etree import ElementTree as ET
 import pytest
 from click.testing import CliRunner
 
-from flowproof.cassette import loads_cassette
 from flowproof.errors import EXIT_AGENT, EXIT_OK, EXIT_USAGE
 from flowproof.runner.agents import run_command_agent
 from flowproof.runner.cli import run_command
-from flowproof.runner.flow import (
-    Cancel,
-    FlowResult,
-    RunOptions,
-    rejected_path,
-    run_flow,
-    staging_path,
-)
-from flowproof.runner.report import diff_cassettes, junit_xml, render_json, write_junit
+from flowproof.runner.flow import Cancel, FlowResult, RunOptions, run_flow
+from flowproof.runner.recording import rejected_path, staging_path
+from flowproof.runner.report import junit_xml, render_json, write_junit
 
 from .conftest import FAKE_ADDON, group_alive
-from .helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events, write_script, write_spec
+from .helpers import BOOKING_TURNS, cassette_text, turn_events, write_script, write_spec
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
@@ -92,17 +84,6 @@ def wait_for_file(path: Path, timeout: float = 10.0) -> str:
             return path.read_text().strip()
         time.sleep(0.05)
     raise AssertionError(f"{path} did not appear within {timeout}s")
-
-
-def parse(turns: list[dict]) -> object:
-    return loads_cassette(cassette_text(turns), "test")
-
-
-def with_args(turn: dict, arguments: str) -> dict:
-    """A copy of a tool-call turn whose call carries ``arguments`` verbatim."""
-    changed = copy.deepcopy(turn)
-    changed["response"]["body"]["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = arguments
-    return changed
 
 
 class TestRecordLeavesNothingBehind:
@@ -270,44 +251,6 @@ class TestCliEdges:
         doc = json.loads(res.stdout)
         assert [Path(f["spec"]).name for f in doc["flows"]] == ["b.flow.yaml", "d.flow.yaml"]
         assert doc["passed"] == 2
-
-
-class TestHealDiffDisplay:
-    def test_string_to_number_is_visible(self) -> None:
-        """An argument that changes from the string "311" to the number 311 shows the quotes."""
-        old = parse([with_args(BOOKING_TURNS[1], '{"flight": {"id": "311"}}')])
-        new = parse([with_args(BOOKING_TURNS[1], '{"flight": {"id": 311}}')])
-        assert diff_cassettes(old, new) == 'turn 0: create_booking flight.id: "311" -> 311'
-
-    def test_number_to_boolean_is_reported(self) -> None:
-        """An argument that changes from 1 to true is reported, though Python calls them equal."""
-        old = parse([with_args(BOOKING_TURNS[1], '{"seats": 1}')])
-        new = parse([with_args(BOOKING_TURNS[1], '{"seats": true}')])
-        assert diff_cassettes(old, new) == "turn 0: create_booking seats: 1 -> true"
-
-    def test_whitespace_only_text_change_is_visible(self) -> None:
-        """A reply that changes only in whitespace shows the two texts differently."""
-        old = parse([chat_turn(0, text="Booked.\nRef B-1")])
-        new = parse([chat_turn(0, text="Booked. Ref B-1")])
-        line = diff_cassettes(old, new)
-        assert line.startswith("turn 0: text") and "'Booked.\\nRef B-1' -> 'Booked. Ref B-1'" in line
-
-    def test_change_past_the_shown_prefix_is_located(self) -> None:
-        """A change far into a long reply is shown around where it happens."""
-        base = "word " * 100
-        old = parse([chat_turn(0, text=base + "KQ311")])
-        new = parse([chat_turn(0, text=base + "KQ999")])
-        line = diff_cassettes(old, new)
-        assert "from character" in line and "KQ311" in line and "KQ999" in line
-
-    def test_non_json_arguments_and_turn_count_changes(self) -> None:
-        """Non-JSON arguments show both payloads, and an extra turn is listed as added."""
-        old = parse(BOOKING_TURNS[:2])
-        new = parse([BOOKING_TURNS[0], with_args(BOOKING_TURNS[1], "{not json"), BOOKING_TURNS[2]])
-        assert diff_cassettes(old, new).splitlines() == [
-            'turn 1: create_booking arguments: {"flight": {"id": "KQ311"}} -> {not json',
-            "turn 2: added — openai-chat, text 'Your flight is booked: B-1042.'",
-        ]
 
 
 class TestKillTree:

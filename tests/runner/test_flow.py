@@ -17,7 +17,10 @@ from flowproof.errors import (
     EXIT_OK,
     EXIT_USAGE,
 )
-from flowproof.runner.flow import RunOptions, rejected_path, run_flow, staging_path
+from flowproof.runner import flow as flow_module
+from flowproof.runner.flow import RunOptions, run_flow
+from flowproof.runner.proxy import ProxySettings
+from flowproof.runner.recording import rejected_path, staging_path
 
 from .conftest import FAKE_ADDON
 from .helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events, write_script, write_spec
@@ -195,14 +198,17 @@ class TestCompare:
         assert result.exit_code == EXIT_DRIFT
         assert cassette.read_bytes() == before
 
-    def test_handler_absorbs_drift(self, tmp_path: Path, opts) -> None:
-        """With a compare handler named, drift does not fail the run."""
+    def test_handler_absorbs_drift(self, tmp_path: Path, opts, monkeypatch: pytest.MonkeyPatch) -> None:
+        """With a compare handler named, drift does not fail the run, and the proxy gets the handler."""
+        seen: list[ProxySettings] = []
+        real_start = flow_module.start_proxy
+        monkeypatch.setattr(flow_module, "start_proxy", lambda s, **kw: seen.append(s) or real_start(s, **kw))
         spec = write_spec(tmp_path)
         with_cassette(spec)
         events = turn_events(BOOKING_TURNS) + [{"event": "drift", "id": "2", "text": "text: different"}]
         result = run_flow(spec, opts({"events": events}, mode="compare", compare_handler="mod:fn"))
         assert result.exit_code == EXIT_OK
-        assert result.events[0]["options"]["compare_handler"] == "mod:fn"
+        assert [s.compare_handler for s in seen] == ["mod:fn"]
 
     def test_fewer_live_calls_than_recorded_is_drift(self, tmp_path: Path, opts) -> None:
         """A live run that stops short of the recording is a changed trajectory: exit 4."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 
 import pytest
 
@@ -30,6 +31,13 @@ class TestCodecProtocol:
             actual = list(inspect.signature(getattr(codec, method)).parameters)
             assert actual == expected, f"{name}.{method}"
 
+    def test_error_text_reads_back_its_own_error_body(self, name: str) -> None:
+        """error_text is the inverse of error_body; a body of another shape gives None."""
+        codec = wire.codec_by_name(name)
+        body = json.loads(codec.error_body(429, "slow down"))
+        assert codec.error_text(body) == "slow down"
+        assert codec.error_text({"choices": []}) is None
+
     def test_error_body_is_json_naming_the_message(self, name: str) -> None:
         """A provider-shaped error body carries the message flowproof wants the agent to see."""
         body = wire.codec_by_name(name).error_body(400, "flowproof replay diverged")
@@ -41,6 +49,7 @@ def test_protocol_lists_the_expected_methods() -> None:
     assert PROTOCOL_METHODS == sorted(
         [
             "error_body",
+            "error_text",
             "is_stream_request",
             "matches",
             "parse_events",

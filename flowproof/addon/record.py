@@ -1,0 +1,47 @@
+"""Record: forward every model call, keep its turn, write the cassette atomically at shutdown."""
+
+from __future__ import annotations
+
+import sys
+
+from flowproof.addon.live import LiveCalls
+from flowproof.addon.shared import Shared, log
+from flowproof.cassette import Cassette, RecordedTurn, save_cassette
+from flowproof.errors import FlowproofError
+from flowproof.events import DoneEvent, ErrorEvent
+
+__all__ = ["Record"]
+
+
+class Record(LiveCalls):
+    """The record concern: the live turns in completion order, saved by ``done``."""
+
+    mode = "record"
+
+    def __init__(self, shared: Shared) -> None:
+        super().__init__(shared)
+        self.turns: list[RecordedTurn] = []
+
+    def on_turn(self, flow_id: str, turn: RecordedTurn) -> None:
+        self.turns.append(turn)
+        log.info("turn_recorded", flow_id=flow_id, provider=turn.provider, turn=turn.index)
+
+    def done(self) -> None:
+        config = self.shared.config
+        path = config.cassette
+        assert path is not None  # configure refuses record without a cassette
+        events = self.shared.events
+        cassette = Cassette(tuple(self.turns), route=config.route)  # type: ignore[arg-type]
+        try:
+            save_cassette(cassette, path)
+        except FlowproofError as e:
+            # A recording that silently fails to land is worse than a crash: say it everywhere.
+            text = f"flowproof could not write the cassette: {e}"
+            events.write(ErrorEvent(text))
+            events.write(DoneEvent((), text))
+            print(text, file=sys.stderr, flush=True)
+            log.error("cassette_write_failed", path=str(path))
+            return
+        count = len(self.turns)
+        events.write(DoneEvent((), f"recorded {count} turn{'s' if count != 1 else ''} to {path}"))
+        log.info("cassette_written", path=str(path), turns=count)

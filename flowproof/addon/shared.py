@@ -1,0 +1,160 @@
+"""What every flowproof addon shares: the config, the event log, detection and upstream mapping.
+
+The concerns (`addon.record`, `addon.replay`, `addon.compare`) are small
+mitmproxy addons that each do one thing; they hold one `Shared` between them,
+built by the root addon (`addon.core.Flowproof`) from the options.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+import structlog
+from mitmproxy import http
+
+from flowproof.addon.eventlog import EventLog
+from flowproof.addon.options import AddonConfig
+from flowproof.commands import addon_record_command, record_command
+from flowproof.events import DoneEvent, ErrorEvent, RequestStartedEvent
+from flowproof.redact import redact_url
+from flowproof.replay import Replayer
+from flowproof.request_key import PreparedRequest, prepare_request
+from flowproof.wire import Codec, detect, is_model_host, normalize_host
+
+__all__ = ["JSON_HEADERS", "Detected", "Shared", "config_record_command", "content_of", "log", "refuse_unhandled"]
+
+# structlog bound to a stdlib logger, so events reach mitmproxy's log handlers
+# without touching the process-wide structlog configuration.
+log = structlog.wrap_logger(
+    logging.getLogger("flowproof.addon"),
+    wrapper_class=structlog.stdlib.BoundLogger,
+    processors=[structlog.processors.KeyValueRenderer(key_order=["event"], drop_missing=True)],
+)
+
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+def content_of(message: http.Message) -> bytes:
+    """The decoded body; the raw bytes when the declared content-encoding is wrong."""
+    try:
+        return message.content or b""
+    except ValueError:
+        return message.raw_content or b""
+
+
+def _is_websocket_upgrade(request: http.Request) -> bool:
+    upgrade: str = request.headers.get("upgrade", "")
+    return upgrade.strip().lower() == "websocket"
+
+
+def config_record_command(config: AddonConfig) -> str:
+    """The command that records the configured cassette: ``flowproof-run`` with a spec,
+    else the bare mitmdump command."""
+    if config.spec is not None:
+        return record_command(config.spec.path)
+    return addon_record_command(config.cassette)
+
+
+@dataclass(frozen=True, slots=True)
+class Detected:
+    """A request flowproof must act on: a model call (``codec``) or other traffic (``codec`` None)
+    to a model host (``model_host``) or elsewhere."""
+
+    codec: Codec | None
+    model_host: bool
+
+
+class Shared:
+    """The state every concern reads: the typed options, the event log, the replayer."""
+
+    def __init__(self, config: AddonConfig | None = None, replayer: Replayer | None = None) -> None:
+        self.config = config or AddonConfig()
+        self.replayer = replayer
+        self.events = EventLog(self.config.report)
+
+    def record_command(self) -> str:
+        """The command that records this cassette (see `config_record_command`)."""
+        return config_record_command(self.config)
+
+    def detect(self, flow: http.HTTPFlow) -> Detected | None:
+        """What ``flow`` is; None when flowproof has nothing to do with it (another addon
+        answered it, or it is a WebSocket upgrade to a model host, refused here)."""
+        if flow.response is not None or flow.error is not None:
+            return None
+        req = flow.request
+        host = req.pretty_host
+        path = req.path.split("?", 1)[0]
+        extra = self.config.extra_hosts
+        model_host = is_model_host(host, extra)
+        if _is_websocket_upgrade(req):
+            if model_host or detect("POST", host, path, extra) is not None:
+                # codex tries Responses-over-WebSocket first; 426 makes it fall back to HTTP at once.
+                flow.response = http.Response.make(
+                    426,
+                    json.dumps({"error": {"message": "flowproof: WebSocket is not supported, use HTTP"}}),
+                    {**JSON_HEADERS, "connection": "close"},
+                )
+                log.info("websocket_refused", host=host, path=path)
+            return None
+        return Detected(detect(req.method, host, path, extra), model_host)
+
+    def prepare(self, flow: http.HTTPFlow, codec: Codec) -> PreparedRequest:
+        """The model call's hash path (`prepare_request`); the forwarded body replaces the
+        request's when tool results were substituted. Logs ``request_started``."""
+        req = flow.request
+        raw = content_of(req)
+        prepared = prepare_request(codec, raw, self.config.tool_results, self.config.normalizer)
+        if prepared.rewrite_error is not None:
+            # The codec cannot read the body: forward it as sent; the hash then says what it is.
+            log.warning("tool_results_not_substituted", provider=codec.name, reason=prepared.rewrite_error)
+        elif prepared.forwarded != raw:
+            req.content = prepared.forwarded
+        self.events.write(RequestStartedEvent(flow.id))
+        return prepared
+
+    def map_upstream(self, req: http.Request) -> bool:
+        """Point a request for a mapped host at its upstream URL; True when it was mapped."""
+        target = self.config.upstream.get(normalize_host(req.pretty_host))
+        if target is None:
+            return False
+        req.scheme = target.scheme
+        req.host = target.host  # also updates Host / :authority
+        req.port = target.port
+        if target.path_prefix:
+            req.path = target.path_prefix + req.path
+        return True
+
+    def hook_failed(self, flow: http.HTTPFlow, hook: str, error: Exception) -> None:
+        """A bug of ours must fail the run visibly, never let a call pass unrecorded or unmatched."""
+        text = (
+            f"flowproof failed in its {hook} hook for {redact_url(flow.request.pretty_url)}: "
+            f"{type(error).__name__}: {error}"
+        )
+        self.events.write(ErrorEvent(text, id=flow.id))
+        log.error("hook_failed", hook=hook, flow_id=flow.id, error=type(error).__name__)
+
+    def report_unconsumed(self) -> None:
+        """At shutdown (replay, compare): the ``done`` event with the recorded turns never requested."""
+        if self.replayer is None:
+            return
+        missing = self.replayer.missing_divergence()
+        unconsumed = [t.index for t in self.replayer.unconsumed()]
+        text = missing.render(self.record_command()) if missing is not None else ""
+        self.events.write(DoneEvent(tuple(unconsumed), text))
+        if unconsumed:
+            log.warning("turns_unconsumed", count=len(unconsumed), first=unconsumed[:10])
+
+
+def refuse_unhandled(flow: http.HTTPFlow) -> None:
+    """Answer a call flowproof could not handle with a 400.
+
+    mitmproxy would forward the call after a failed hook: in replay to the real
+    API with the agent's key. A call flowproof could not handle never leaves.
+    """
+    flow.response = http.Response.make(
+        400,
+        json.dumps({"error": {"message": "flowproof could not handle this request; see its report"}}),
+        JSON_HEADERS,
+    )

@@ -1,0 +1,304 @@
+"""The event log between the addon (writer) and the runner (reader), as typed events.
+
+One JSON object a line (the wire format is the table in docs/internals.md).
+Each event class turns itself into that object (`to_json`) and back
+(`from_json`); `parse_event` picks the class by the ``event`` key. The addon
+only ever writes these classes and the runner only ever reads them, so the
+two sides cannot disagree on a key.
+
+Reading is lenient where the old dict readers were (a missing text is ``""``,
+a non-integer in ``unconsumed`` is skipped), strict where a value is needed to
+judge a run: a turn that is not a cassette turn raises `CassetteError`. An
+event this flowproof does not know (a newer addon) becomes `UnknownEvent`.
+
+Pure: no I/O.
+
+>>> parse_event(DoneEvent(unconsumed=(2,), text="t").to_json())
+DoneEvent(unconsumed=(2,), text='t')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from flowproof.cassette import RecordedTurn, turn_from_json, turn_to_json
+
+__all__ = [
+    "ComparedEvent",
+    "DivergenceEvent",
+    "DoneEvent",
+    "DriftEvent",
+    "ErrorEvent",
+    "Event",
+    "Listener",
+    "ReadyEvent",
+    "RequestStartedEvent",
+    "TlsFailedEvent",
+    "TurnEvent",
+    "UnknownEvent",
+    "parse_event",
+    "parse_events",
+]
+
+#: Where a turn event's errors say the turn came from.
+EVENT_LOG_SOURCE = "the proxy's event log"
+
+
+def _text(obj: Mapping[str, Any], key: str = "text") -> str:
+    value = obj.get(key)
+    return "" if value is None else str(value)
+
+
+def _id(obj: Mapping[str, Any]) -> str | None:
+    value = obj.get("id")
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One address the proxy listens on; ``mode`` is mitmproxy's full mode spec."""
+
+    mode: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyEvent:
+    """The proxy listens (every listener) and runs in flowproof ``mode``."""
+
+    NAME: ClassVar[str] = "ready"
+    listen: tuple[Listener, ...]
+    mode: str
+
+    def to_json(self) -> dict[str, Any]:
+        listen = [{"mode": entry.mode, "host": entry.host, "port": entry.port} for entry in self.listen]
+        return {"event": self.NAME, "listen": listen, "mode": self.mode}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ReadyEvent:
+        listen: list[Listener] = []
+        for entry in obj.get("listen") or ():
+            if isinstance(entry, Mapping) and "host" in entry and "port" in entry:
+                try:
+                    listen.append(Listener(str(entry.get("mode", "")), str(entry["host"]), int(entry["port"])))
+                except (TypeError, ValueError):
+                    continue
+        return cls(tuple(listen), _text(obj, "mode"))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestStartedEvent:
+    """A model call arrived (it ends with a turn, divergence or error event of the same id)."""
+
+    NAME: ClassVar[str] = "request_started"
+    id: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, "id": self.id}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> RequestStartedEvent:
+        return cls(_text(obj, "id"))
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEvent:
+    """A model call completed: in replay the recorded turn served, else the live turn."""
+
+    NAME: ClassVar[str] = "turn"
+    id: str
+    mode: str
+    turn: RecordedTurn
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, "id": self.id, "mode": self.mode, "turn": turn_to_json(self.turn)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> TurnEvent:
+        """Raises `CassetteError` when ``turn`` is not a cassette turn."""
+        return cls(_text(obj, "id"), _text(obj, "mode"), turn_from_json(obj.get("turn"), EVENT_LOG_SOURCE))
+
+
+@dataclass(frozen=True, slots=True)
+class DivergenceEvent:
+    """Replay: a request matched nothing; ``divergence`` is `Divergence.to_json()`."""
+
+    NAME: ClassVar[str] = "divergence"
+    id: str
+    text: str
+    divergence: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, "id": self.id, "text": self.text, "divergence": dict(self.divergence)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> DivergenceEvent:
+        divergence = obj.get("divergence")
+        return cls(_text(obj, "id"), _text(obj), divergence if isinstance(divergence, Mapping) else {})
+
+
+@dataclass(frozen=True, slots=True)
+class DriftEvent:
+    """Compare: a live response differs (``result``), or matches no recorded turn
+    (``result`` is None and ``divergence`` says why)."""
+
+    NAME: ClassVar[str] = "drift"
+    id: str
+    text: str
+    result: Mapping[str, Any] | None
+    divergence: Mapping[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"event": self.NAME, "id": self.id, "text": self.text}
+        out["result"] = dict(self.result) if self.result is not None else None
+        if self.divergence is not None:
+            out["divergence"] = dict(self.divergence)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> DriftEvent:
+        result, divergence = obj.get("result"), obj.get("divergence")
+        return cls(
+            _text(obj, "id"),
+            _text(obj),
+            result if isinstance(result, Mapping) else None,
+            divergence if isinstance(divergence, Mapping) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ComparedEvent:
+    """Compare: a live response equals the recording, or a compare handler took the result."""
+
+    NAME: ClassVar[str] = "compared"
+    id: str
+    result: Mapping[str, Any]
+    handled: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"event": self.NAME, "id": self.id, "result": dict(self.result)}
+        if self.handled:
+            out["handled"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ComparedEvent:
+        result = obj.get("result")
+        return cls(_text(obj, "id"), result if isinstance(result, Mapping) else {}, bool(obj.get("handled")))
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFailedEvent:
+    """A client does not trust the proxy's CA for ``host``."""
+
+    NAME: ClassVar[str] = "tls_failed"
+    host: str
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, "host": self.host, "text": self.text}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> TlsFailedEvent:
+        return cls(_text(obj, "host"), _text(obj))
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    """Anything else that fails the run; ``id`` names the model call when there is one."""
+
+    NAME: ClassVar[str] = "error"
+    text: str
+    id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"event": self.NAME}
+        if self.id is not None:
+            out["id"] = self.id
+        out["text"] = self.text
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ErrorEvent:
+        return cls(_text(obj), _id(obj))
+
+
+@dataclass(frozen=True, slots=True)
+class DoneEvent:
+    """Shutdown: the recorded turns never requested (replay, compare) and a summary text."""
+
+    NAME: ClassVar[str] = "done"
+    unconsumed: tuple[int, ...] = ()
+    text: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, "unconsumed": list(self.unconsumed), "text": self.text}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> DoneEvent:
+        raw = obj.get("unconsumed") or ()
+        unconsumed = tuple(i for i in raw if isinstance(i, int) and not isinstance(i, bool)) if isinstance(
+            raw, list | tuple
+        ) else ()
+        return cls(unconsumed, _text(obj))
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownEvent:
+    """An event this flowproof does not know (written by a newer addon): kept, never judged."""
+
+    name: str
+    fields: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.fields, "event": self.name}
+
+
+Event = (
+    ReadyEvent
+    | RequestStartedEvent
+    | TurnEvent
+    | DivergenceEvent
+    | DriftEvent
+    | ComparedEvent
+    | TlsFailedEvent
+    | ErrorEvent
+    | DoneEvent
+    | UnknownEvent
+)
+
+_CLASSES: dict[str, Any] = {
+    cls.NAME: cls
+    for cls in (
+        ReadyEvent,
+        RequestStartedEvent,
+        TurnEvent,
+        DivergenceEvent,
+        DriftEvent,
+        ComparedEvent,
+        TlsFailedEvent,
+        ErrorEvent,
+        DoneEvent,
+    )
+}
+
+
+def parse_event(obj: Mapping[str, Any]) -> Event:
+    """The typed event of one log line (parsed JSON); `UnknownEvent` for a name not known here.
+
+    Raises `CassetteError` for a ``turn`` event whose turn is not a cassette turn.
+    """
+    name = str(obj.get("event", ""))
+    cls = _CLASSES.get(name)
+    if cls is None:
+        return UnknownEvent(name, dict(obj))
+    event: Event = cls.from_json(obj)
+    return event
+
+
+def parse_events(objs: Iterable[Mapping[str, Any]]) -> list[Event]:
+    """`parse_event` of every line, in order."""
+    return [parse_event(obj) for obj in objs]

@@ -1,0 +1,273 @@
+"""The one table of model providers: every fact about a provider that is not about its bodies.
+
+Each codec (``openai-chat``, ``openai-responses``, ``anthropic``, ``gemini``)
+has one `Provider` row in `PROVIDERS`. Everything outside ``wire/`` that needs
+to know a provider reads it from here, never from a list of its own:
+
+- detection and `flowproof.wire.is_model_host` (``hosts``, ``host_suffixes``,
+  ``path_suffixes``);
+- the agent's environment in ``runner/env.py``: hosts that ``NO_PROXY`` must
+  not bypass, the base-URL variables of ``agent.route: base_url``, and the API
+  key variables that decide where a placeholder key may go;
+- the reverse listeners of the base-URL route (``base_url_host``);
+- the volatile-rule refusal list of the spec loader (``system_roots``,
+  ``message_roots``, ``tool_roots``, ``model_roots``, ``content_keys``);
+- the cassette header allow-list (``allowed_headers``).
+
+Pure data: no I/O, no imports beyond the standard library. The fake model
+server in ``flowproof.testing`` deliberately keeps its own copy of these facts,
+so that it stays an independent oracle for the codecs.
+
+    >>> provider("gemini").key_vars
+    ('GOOGLE_API_KEY', 'GEMINI_API_KEY')
+    >>> reverse_hosts()
+    ('api.openai.com', 'api.anthropic.com', 'generativelanguage.googleapis.com')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "PROVIDERS",
+    "BaseUrlVar",
+    "ConversationVocabulary",
+    "Provider",
+    "allowed_headers",
+    "base_url_vars",
+    "conversation_vocabulary",
+    "model_host_suffixes",
+    "model_hosts",
+    "provider",
+    "reverse_hosts",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class BaseUrlVar:
+    """An environment variable a client reads its base URL from, and the path the URL must end with.
+
+    ``OPENAI_BASE_URL`` includes the API version (``http://127.0.0.1:P/v1``);
+    ``ANTHROPIC_BASE_URL`` and ``GOOGLE_GEMINI_BASE_URL`` do not.
+    """
+
+    name: str
+    suffix: str
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """What flowproof knows about one model API outside its request and response bodies.
+
+    Every tuple is ordered; none is empty except where the field says so.
+    """
+
+    #: The codec's name, as stored in cassettes.
+    name: str
+    #: Well-known hosts that serve this API (the provider's own and the best-known gateways).
+    hosts: tuple[str, ...]
+    #: Host families matched by suffix (Azure OpenAI resources, Vertex AI regions); may be empty.
+    host_suffixes: tuple[str, ...]
+    #: The official request paths (``{model}`` stands for a model name), for documentation and tests.
+    paths: tuple[str, ...]
+    #: The path endings that make a POST to an ``--extra-host`` gateway a call of this API.
+    path_suffixes: tuple[str, ...]
+    #: The upstream a base-URL listener forwards to for this API.
+    base_url_host: str
+    #: The variables the official clients read their base URL from.
+    base_url_vars: tuple[BaseUrlVar, ...]
+    #: Every variable the official clients read this provider's key (or token) from, in the
+    #: order they read them: a key in an earlier variable shadows one in a later variable.
+    key_vars: tuple[str, ...]
+    #: The subset of ``key_vars`` that gets a placeholder key when none of ``key_vars`` holds
+    #: one (a placeholder login token could switch a client's auth mode, so tokens get none).
+    placeholder_vars: tuple[str, ...]
+    #: Body paths holding the system prompt (empty when it travels inside the messages).
+    system_roots: tuple[str, ...]
+    #: Body paths holding the conversation (messages, items, contents).
+    message_roots: tuple[str, ...]
+    #: Body paths holding the tool declarations.
+    tool_roots: tuple[str, ...]
+    #: Body paths naming the model (empty when the model is in the URL path).
+    model_roots: tuple[str, ...]
+    #: Keys below a conversation or system root that carry content rather than metadata.
+    content_keys: tuple[str, ...]
+    #: Header names (lowercase) a cassette may keep, request or response. An allow-list:
+    #: a header nobody thought of cannot leak.
+    allowed_headers: tuple[str, ...]
+
+
+# The OpenAI family: Chat Completions and Responses share hosts, base URL and keys.
+_OPENAI_HOST = "api.openai.com"
+_AZURE_OPENAI = ".openai.azure.com"
+_OPENAI_BASE_URL = (BaseUrlVar("OPENAI_BASE_URL", "/v1"),)
+# Codex CLI reads CODEX_API_KEY before OPENAI_API_KEY (`codex exec` with the built-in provider
+# ignores OPENAI_API_KEY alone); the openai SDKs read OPENAI_API_KEY only.
+_OPENAI_KEYS = ("CODEX_API_KEY", "OPENAI_API_KEY")
+_OPENAI_HEADERS = ("content-type", "openai-beta", "openai-version")
+
+PROVIDERS: tuple[Provider, ...] = (
+    Provider(
+        name="openai-chat",
+        hosts=(
+            _OPENAI_HOST,
+            "openrouter.ai",
+            "api.groq.com",
+            "api.mistral.ai",
+            "api.deepseek.com",
+            "api.together.xyz",
+            "api.fireworks.ai",
+            "api.x.ai",
+        ),
+        host_suffixes=(_AZURE_OPENAI,),
+        paths=("/v1/chat/completions",),
+        path_suffixes=("/chat/completions",),
+        base_url_host=_OPENAI_HOST,
+        base_url_vars=_OPENAI_BASE_URL,
+        key_vars=_OPENAI_KEYS,
+        placeholder_vars=_OPENAI_KEYS,
+        system_roots=(),
+        message_roots=("messages",),
+        tool_roots=("tools", "functions"),
+        model_roots=("model",),
+        content_keys=(
+            "content", "text", "role", "name", "type", "tool_calls", "function",
+            "function_call", "arguments",
+        ),
+        allowed_headers=_OPENAI_HEADERS,
+    ),
+    Provider(
+        name="openai-responses",
+        # chatgpt.com serves Codex's model calls under a ChatGPT login, and receives its key.
+        hosts=(_OPENAI_HOST, "chatgpt.com", "openrouter.ai"),
+        host_suffixes=(_AZURE_OPENAI,),
+        paths=("/v1/responses",),
+        path_suffixes=("/responses",),
+        base_url_host=_OPENAI_HOST,
+        base_url_vars=_OPENAI_BASE_URL,
+        key_vars=_OPENAI_KEYS,
+        placeholder_vars=_OPENAI_KEYS,
+        system_roots=("instructions",),
+        message_roots=("input",),
+        tool_roots=("tools",),
+        model_roots=("model",),
+        content_keys=(
+            "content", "text", "role", "name", "type", "arguments", "output", "summary",
+        ),
+        allowed_headers=_OPENAI_HEADERS,
+    ),
+    Provider(
+        name="anthropic",
+        hosts=("api.anthropic.com",),
+        host_suffixes=(),
+        paths=("/v1/messages",),
+        path_suffixes=("/messages",),
+        base_url_host="api.anthropic.com",
+        base_url_vars=(BaseUrlVar("ANTHROPIC_BASE_URL", ""),),
+        # The anthropic SDK (2.x) uses ANTHROPIC_API_KEY and ignores ANTHROPIC_AUTH_TOKEN when
+        # both are set; Claude Code reads the same two, and its own login token.
+        key_vars=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
+        placeholder_vars=("ANTHROPIC_API_KEY",),
+        system_roots=("system",),
+        message_roots=("messages",),
+        tool_roots=("tools",),
+        model_roots=("model",),
+        content_keys=(
+            "content", "text", "role", "name", "type", "input", "thinking", "source", "data",
+            "result",
+        ),
+        allowed_headers=("content-type", "anthropic-version", "anthropic-beta"),
+    ),
+    Provider(
+        name="gemini",
+        hosts=("generativelanguage.googleapis.com",),
+        # Vertex AI: us-central1-aiplatform.googleapis.com and its regional siblings.
+        host_suffixes=("aiplatform.googleapis.com",),
+        paths=(
+            "/v1beta/models/{model}:generateContent",
+            "/v1beta/models/{model}:streamGenerateContent",
+            "/v1/models/{model}:streamGenerateContent",
+        ),
+        path_suffixes=(":streamGenerateContent", ":generateContent"),
+        base_url_host="generativelanguage.googleapis.com",
+        base_url_vars=(BaseUrlVar("GOOGLE_GEMINI_BASE_URL", ""),),
+        # google-genai reads GOOGLE_API_KEY before GEMINI_API_KEY (and warns when both are set).
+        key_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+        placeholder_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+        system_roots=("systemInstruction", "system_instruction"),
+        message_roots=("contents",),
+        tool_roots=("tools",),
+        model_roots=(),  # the model is in the URL path
+        content_keys=(
+            "parts", "text", "role", "name", "args", "response", "functionCall",
+            "functionResponse", "function_call", "function_response", "data",
+        ),
+        allowed_headers=("content-type", "x-goog-api-version"),
+    ),
+)
+
+_BY_NAME = {p.name: p for p in PROVIDERS}
+
+
+def provider(name: str) -> Provider:
+    """The row for codec ``name``; KeyError for a name that is not in the table."""
+    return _BY_NAME[name]
+
+
+def _unique(items: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+def model_hosts() -> tuple[str, ...]:
+    """Every well-known model host, once, in table order."""
+    return _unique([h for p in PROVIDERS for h in p.hosts])
+
+
+def model_host_suffixes() -> tuple[str, ...]:
+    """Every host-family suffix (``.openai.azure.com``, ``aiplatform.googleapis.com``), once."""
+    return _unique([s for p in PROVIDERS for s in p.host_suffixes])
+
+
+def reverse_hosts() -> tuple[str, ...]:
+    """The upstreams of the base-URL route, once each, in table order (one listener per host)."""
+    return _unique([p.base_url_host for p in PROVIDERS])
+
+
+def base_url_vars() -> tuple[tuple[str, BaseUrlVar], ...]:
+    """``(upstream host, variable)`` for every base-URL variable, once per variable."""
+    seen: dict[str, tuple[str, BaseUrlVar]] = {}
+    for p in PROVIDERS:
+        for var in p.base_url_vars:
+            seen.setdefault(var.name, (p.base_url_host, var))
+    return tuple(seen.values())
+
+
+def allowed_headers() -> frozenset[str]:
+    """The cassette header allow-list: the union of every provider's allowed headers."""
+    return frozenset(h for p in PROVIDERS for h in p.allowed_headers)
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationVocabulary:
+    """The union over providers of the body roots the volatile-rule refusal list needs.
+
+    A spec does not say which API its agent speaks, so a rule is judged against
+    every provider's vocabulary at once.
+    """
+
+    system_roots: frozenset[str]
+    message_roots: frozenset[str]
+    tool_roots: frozenset[str]
+    model_roots: frozenset[str]
+    content_keys: frozenset[str]
+
+
+def conversation_vocabulary() -> ConversationVocabulary:
+    """The body vocabulary of every provider, merged (see `ConversationVocabulary`)."""
+    return ConversationVocabulary(
+        system_roots=frozenset(r for p in PROVIDERS for r in p.system_roots),
+        message_roots=frozenset(r for p in PROVIDERS for r in p.message_roots),
+        tool_roots=frozenset(r for p in PROVIDERS for r in p.tool_roots),
+        model_roots=frozenset(r for p in PROVIDERS for r in p.model_roots),
+        content_keys=frozenset(k for p in PROVIDERS for k in p.content_keys),
+    )

@@ -1,0 +1,57 @@
+"""The part every concern shares: detection, upstream mapping, the record command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mitmproxy import http
+
+from flowproof.addon.options import build_config
+from flowproof.addon.shared import Shared, config_record_command
+
+from .conftest import CHAT_PATH, SPEC, chat_body, model_flow
+
+
+class TestRecordCommand:
+    def test_with_a_spec_it_is_the_runner_command_quoted(self, tmp_path: Path):
+        """With a spec the command is flowproof-run, the path shell-quoted."""
+        spec = tmp_path / "my flows" / "b.flow.yaml"
+        spec.parent.mkdir()
+        spec.write_text(SPEC)
+        config = build_config({"mode": "replay", "spec": str(spec)}, environ={})
+        assert config_record_command(config) == f"flowproof-run '{spec}' --record"
+
+    def test_without_a_spec_it_is_the_mitmdump_command(self, tmp_path: Path):
+        """Without a spec it is the bare mitmdump command for the cassette."""
+        config = build_config({"mode": "replay", "cassette": str(tmp_path / "c.json")}, environ={})
+        assert Shared(config).record_command().endswith(f"flowproof_cassette={tmp_path / 'c.json'}")
+
+
+class TestDetect:
+    def test_model_call_other_traffic_and_answered_flows(self):
+        """A model call has a codec; telemetry on a model host has none; an answered flow is skipped."""
+        shared = Shared()
+        call = shared.detect(model_flow(chat_body()))
+        assert call is not None and call.codec is not None and call.codec.name == "openai-chat"
+        other = shared.detect(model_flow(b"", path="/v1/telemetry", method="GET"))
+        assert other is not None and other.codec is None and other.model_host
+        answered = model_flow(chat_body())
+        answered.response = http.Response.make(200, b"{}")
+        assert shared.detect(answered) is None
+
+    def test_websocket_upgrade_to_a_model_host_is_refused(self):
+        """A WebSocket upgrade to a model host gets a 426 and nothing else happens."""
+        flow = model_flow(b"", path=CHAT_PATH, method="GET", headers=[
+            (b"host", b"api.openai.com"), (b"upgrade", b"websocket"), (b"connection", b"upgrade")])
+        assert Shared().detect(flow) is None
+        assert flow.response is not None and flow.response.status_code == 426
+
+
+class TestMapUpstream:
+    def test_mapped_host_is_rewritten_with_its_prefix(self):
+        """A mapped host's request goes to the upstream URL, path prefix included."""
+        config = build_config({"upstream": ["api.openai.com=http://127.0.0.1:8123/base"]}, environ={})
+        flow = model_flow(chat_body())
+        assert Shared(config).map_upstream(flow.request)
+        assert flow.request.url == "http://127.0.0.1:8123/base" + CHAT_PATH
+        assert not Shared().map_upstream(model_flow(chat_body()).request)

@@ -1,0 +1,79 @@
+"""The typed event log: every event round-trips through its JSON line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flowproof.cassette import loads_cassette
+from flowproof.errors import CassetteError
+from flowproof.events import (
+    ComparedEvent,
+    DivergenceEvent,
+    DoneEvent,
+    DriftEvent,
+    ErrorEvent,
+    Listener,
+    ReadyEvent,
+    RequestStartedEvent,
+    TlsFailedEvent,
+    TurnEvent,
+    UnknownEvent,
+    parse_event,
+    parse_events,
+)
+
+from .runner.helpers import BOOKING_TURNS, cassette_text
+
+TURN = loads_cassette(cassette_text(BOOKING_TURNS), "c.json").turns[1]
+
+EVENTS = [
+    ReadyEvent((Listener("regular", "127.0.0.1", 8080), Listener("reverse:https://api.openai.com@0", "::1", 9)),
+               "replay"),
+    RequestStartedEvent("f1"),
+    TurnEvent("f1", "replay", TURN),
+    DivergenceEvent("f2", "unmatched", {"kind": "unmatched", "closest_index": 1}),
+    DriftEvent("f3", "text: a -> b", {"equal": False}),
+    DriftEvent("f4", "no match", None, {"kind": "unmatched"}),
+    ComparedEvent("f5", {"equal": True}),
+    ComparedEvent("f6", {"equal": False}, handled=True),
+    TlsFailedEvent("api.openai.com", "does not trust"),
+    ErrorEvent("boom"),
+    ErrorEvent("hook failed", id="f7"),
+    DoneEvent((2, 3), "2 missing"),
+]
+
+
+class TestRoundTrip:
+    @pytest.mark.parametrize("event", EVENTS, ids=lambda e: type(e).__name__)
+    def test_every_event_survives_a_json_line(self, event):
+        """to_json, a JSON line, and parse_event give the same event back."""
+        line = json.dumps(event.to_json())
+        assert parse_event(json.loads(line)) == event
+
+    def test_wire_keys_are_the_documented_ones(self):
+        """The keys match the event-log table in docs/internals.md."""
+        assert ErrorEvent("t", id="x").to_json() == {"event": "error", "id": "x", "text": "t"}
+        assert ErrorEvent("t").to_json() == {"event": "error", "text": "t"}
+        assert DriftEvent("x", "t", None).to_json() == {"event": "drift", "id": "x", "text": "t", "result": None}
+        assert ComparedEvent("x", {}).to_json() == {"event": "compared", "id": "x", "result": {}}
+        assert DoneEvent().to_json() == {"event": "done", "unconsumed": [], "text": ""}
+        assert TurnEvent("x", "record", TURN).to_json()["turn"]["provider"] == "openai-chat"
+
+
+class TestLenientReading:
+    def test_unknown_event_is_kept(self):
+        """An event a newer addon writes is kept as UnknownEvent, not an error."""
+        (event,) = parse_events([{"event": "mcp_call", "tool": "x"}])
+        assert event == UnknownEvent("mcp_call", {"event": "mcp_call", "tool": "x"})
+
+    def test_missing_fields_get_defaults(self):
+        """A done event without text or with junk in unconsumed reads as the old dict readers did."""
+        assert parse_event({"event": "done", "unconsumed": [1, "x", True, 4]}) == DoneEvent((1, 4), "")
+        assert parse_event({"event": "divergence", "id": "a"}) == DivergenceEvent("a", "", {})
+
+    def test_a_broken_turn_is_a_cassette_error(self):
+        """A turn event whose turn is not a cassette turn names the event log and the field."""
+        with pytest.raises(CassetteError, match="event log.*'provider'"):
+            parse_event({"event": "turn", "id": "1", "mode": "replay", "turn": {"index": 0}})

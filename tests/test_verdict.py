@@ -1,0 +1,148 @@
+"""The run verdict on plain data: events and an agent outcome in, an exit code out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from flowproof.cassette import loads_cassette
+from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK
+from flowproof.events import (
+    DivergenceEvent,
+    DoneEvent,
+    DriftEvent,
+    ErrorEvent,
+    Event,
+    TlsFailedEvent,
+    parse_events,
+)
+from flowproof.verdict import StepResult, Verdict, agent_error, decide_exit, missing_text
+
+from .runner.helpers import BOOKING_TURNS, cassette_text, turn_events
+
+PASSED = StepResult(True, "ok", None, "assert: reply contains booked")
+FAILED = StepResult(False, "the agent has not replied", "f.yaml:9:5", "assert: reply contains booked")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int | None = 0
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+
+
+OK_RUN = Outcome()
+TURNS: list[Event] = parse_events(turn_events(BOOKING_TURNS))
+DONE = DoneEvent()
+
+
+def decide(
+    events: Sequence[Event],
+    mode: str = "replay",
+    *,
+    run: Outcome = OK_RUN,
+    steps: Sequence[StepResult] = (PASSED,),
+    handler: str | None = None,
+) -> tuple[Verdict, list[str]]:
+    """The verdict, and whether the steps were evaluated (["evaluated"] or [])."""
+    evaluated: list[str] = []
+
+    def check() -> Sequence[StepResult]:
+        evaluated.append("evaluated")
+        return steps
+
+    existing = loads_cassette(cassette_text(BOOKING_TURNS), "c.json")
+    verdict = decide_exit(events, run, check, mode, timeout=30, handler=handler, existing=existing)
+    return verdict, evaluated
+
+
+class TestLadder:
+    def test_a_clean_replay_passes(self):
+        """Every step passed, done seen, nothing missing: exit 0 and the steps are reported."""
+        verdict, evaluated = decide([*TURNS, DONE])
+        assert (verdict.exit_code, verdict.steps, evaluated) == (EXIT_OK, (PASSED,), ["evaluated"])
+
+    def test_divergence_wins_and_skips_the_steps(self):
+        """A divergence explains what the agent did next: exit 3, no steps, missing calls dropped."""
+        events = [*TURNS[:2], DivergenceEvent("2", "unmatched"), DoneEvent((1, 2), "missing")]
+        verdict, evaluated = decide(events, run=Outcome(returncode=1, stderr="400"))
+        assert verdict.exit_code == EXIT_DIVERGENCE and verdict.divergences == ("unmatched",)
+        assert verdict.missing is None and verdict.steps is None and evaluated == []
+
+    def test_agent_timeout_names_a_tls_failure(self):
+        """A timed-out agent is exit 5, and a TLS failure is named as the likely cause."""
+        events = [TlsFailedEvent("api.openai.com", "does not trust"), DONE]
+        verdict, _ = decide(events, run=Outcome(returncode=None, timed_out=True))
+        assert verdict.exit_code == EXIT_AGENT and verdict.error is not None
+        assert "30s" in verdict.error and "does not trust" in verdict.error
+
+    def test_proxy_error_fails_the_run(self):
+        """An error event is exit 5 with its text as the error."""
+        verdict, evaluated = decide([*TURNS, ErrorEvent("cassette write failed"), DONE])
+        assert (verdict.exit_code, verdict.error, evaluated) == (EXIT_AGENT, "cassette write failed", [])
+
+    def test_replay_without_done_cannot_check_missing_calls(self):
+        """No done event in replay: exit 5, and the recording (none) is not touched."""
+        verdict, _ = decide(TURNS)
+        assert verdict.exit_code == EXIT_AGENT and "missing calls could not be checked" in (verdict.error or "")
+        assert verdict.recording == "none" and verdict.notes
+
+    def test_record_without_done_rejects_the_recording(self):
+        """No done event in record: exit 5 and the staged recording is rejected."""
+        verdict, _ = decide(TURNS, "record")
+        assert (verdict.exit_code, verdict.recording) == (EXIT_AGENT, "reject")
+
+    def test_missing_calls_are_a_divergence_after_the_steps(self):
+        """Recorded calls never made: exit 3, with the done event's text and the steps."""
+        verdict, evaluated = decide([*TURNS[:2], DoneEvent((1, 2), "2 recorded turns were never requested")])
+        assert verdict.exit_code == EXIT_DIVERGENCE and verdict.missing == "2 recorded turns were never requested"
+        assert evaluated == ["evaluated"]
+
+    def test_drift_fails_compare_unless_a_handler_takes_it(self):
+        """Drift is exit 4 in compare; with a handler it passes."""
+        events = [*TURNS, DriftEvent("2", "text: different", {"equal": False}), DONE]
+        assert decide(events, "compare")[0].exit_code == EXIT_DRIFT
+        assert decide(events, "compare", handler="mod:fn")[0].exit_code == EXIT_OK
+
+    def test_fewer_live_calls_is_drift_or_a_note(self):
+        """In compare, recorded turns never made are drift; with a handler only a note."""
+        events = [*TURNS[:2], DoneEvent((1, 2))]
+        plain, _ = decide(events, "compare")
+        assert plain.exit_code == EXIT_DRIFT and "fewer model calls" in plain.drifts[-1]
+        handled, _ = decide(events, "compare", handler="mod:fn")
+        assert handled.exit_code == EXIT_OK and "fewer model calls" in handled.notes[0]
+
+    def test_failed_step_rejects_a_recording(self):
+        """A failed step is exit 1; in record the recording is rejected, else untouched."""
+        assert decide([*TURNS, DONE], steps=(FAILED,))[0].recording == "none"
+        verdict, _ = decide([*TURNS, DONE], "record", steps=(PASSED, FAILED))
+        assert (verdict.exit_code, verdict.recording) == (EXIT_ASSERTION, "reject")
+
+    def test_a_passing_record_keeps_the_recording(self):
+        """All steps passed in record: the recording is kept."""
+        assert decide([*TURNS, DONE], "record")[0].recording == "keep"
+
+
+class TestMissingText:
+    def test_lists_turns_with_their_models_when_the_addon_gave_no_text(self):
+        """Without the addon's text, each missing turn is named with provider and model."""
+        existing = loads_cassette(cassette_text(BOOKING_TURNS), "c.json")
+        text = missing_text([DoneEvent((2, 7))], existing)
+        assert text is not None
+        assert "- turn 2 (openai-chat, gpt-4o)" in text and "- turn 7" in text
+
+    @pytest.mark.parametrize("events", [[], [DoneEvent()]])
+    def test_nothing_missing_is_none(self, events: list[Event]):
+        """No done event, or nothing unconsumed: None."""
+        assert missing_text(events, None) is None
+
+
+class TestAgentError:
+    def test_clean_exit_is_none_and_a_crash_quotes_the_last_line(self):
+        """Exit 0 is fine; a non-zero exit quotes the last line of the agent's output."""
+        assert agent_error(Outcome(), 10, ()) is None
+        message = agent_error(Outcome(returncode=2, stderr="warming up\nKeyError: x\n"), 10, ())
+        assert message is not None and "exited with code 2: KeyError: x" in message
