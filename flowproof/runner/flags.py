@@ -88,6 +88,9 @@ def check_proxy_port(port: int) -> None:
     if port == 0:
         return
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the proxy binds: a port whose last connections are in TIME_WAIT (the previous
+        # run on the same port) is free to listen on again.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError as e:
