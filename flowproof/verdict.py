@@ -55,6 +55,9 @@ __all__ = [
     "missing_text",
 ]
 
+#: How the proxy words a model call that the upstream broke off (a cut, a refused connection).
+UPSTREAM_FAULT = "failed before it completed"
+
 #: What becomes of a staged recording: kept as the cassette, kept aside as rejected, or neither.
 RecordingFate = Literal["keep", "reject", "none"]
 
@@ -98,6 +101,8 @@ class Verdict:
     steps: tuple[StepResult, ...] | None = None
     #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
     compare: tuple[CompareResult, ...] = ()
+    #: Why an exit-5 run failed, so the advice fits: "timeout", "upstream", "crash" or None.
+    failure: str | None = None
 
 
 def compare_results(events: Sequence[Event]) -> tuple[tuple[CompareResult, ...], tuple[str, ...]]:
@@ -209,10 +214,13 @@ def decide_exit(
         # Turns left unconsumed after a divergence are its cascade, not news: not reported.
         return failed(EXIT_DIVERGENCE, missing=None, notes=())
     why = agent_error(run, timeout, tls)
+    # An agent that dies after its model call failed upstream is a casualty, not the cause.
+    upstream = any(UPSTREAM_FAULT in e for e in errors)
     if why is not None:
-        return failed(EXIT_AGENT, why, notes=())
+        failure = "timeout" if run.timed_out else ("upstream" if upstream else "crash")
+        return failed(EXIT_AGENT, why, notes=(), failure=failure)
     if errors:
-        return failed(EXIT_AGENT, errors[0], notes=())
+        return failed(EXIT_AGENT, errors[0], notes=(), failure="upstream" if upstream else None)
     if not any(isinstance(e, DoneEvent) for e in events):
         notes.append("the proxy did not report a clean shutdown (no `done` event)")
         if mode == "record":

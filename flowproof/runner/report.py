@@ -102,6 +102,14 @@ def next_step(result: FlowResult) -> str:
             return f"Nothing was recorded{kept}: fix the agent or the spec, then record again."
         return f"Fix the agent (or the spec at the ✗ lines), then run: flowproof-run {spec}"
     if code == EXIT_AGENT:
+        if result.failure == "timeout":
+            return ("The agent ran out of time: if it is just slow, raise `agent.timeout` in the "
+                    "spec or pass --timeout; if it hangs, run with -v to see its output.")
+        if result.failure == "upstream":
+            return ("The upstream model failed, not the agent: check the upstream (--upstream, the "
+                    "provider's status, rate limits), then run again.")
+        if result.failure == "crash":
+            return "The agent crashed: fix it using its output above, then run again."
         return "Fix the agent start-up (see the error and its output above), then run again."
     if code >= 128:
         return "flowproof-run was interrupted: nothing was recorded or checked; run it again."
