@@ -32,6 +32,8 @@ __all__ = [
     "DriftEvent",
     "ErrorEvent",
     "Event",
+    "McpCallEvent",
+    "McpRejectedEvent",
     "Listener",
     "ReadyEvent",
     "RequestStartedEvent",
@@ -160,20 +162,24 @@ class DivergenceEvent:
 
 @dataclass(frozen=True, slots=True)
 class DriftEvent:
-    """Compare: a live response differs (``result``), or matches no recorded turn
-    (``result`` is None and ``divergence`` says why)."""
+    """Compare: a live response differs from the recording (``result``), or the compare
+    handler rejected a result (``handled``; ``text`` is its message). ``divergence``
+    is kept for logs of older addons."""
 
     NAME: ClassVar[str] = "drift"
     id: str
     text: str
     result: Mapping[str, Any] | None
     divergence: Mapping[str, Any] | None = None
+    handled: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"event": self.NAME, "id": self.id, "text": self.text}
         out["result"] = dict(self.result) if self.result is not None else None
         if self.divergence is not None:
             out["divergence"] = dict(self.divergence)
+        if self.handled:
+            out["handled"] = True
         return out
 
     @classmethod
@@ -184,6 +190,7 @@ class DriftEvent:
             _text(obj),
             result if isinstance(result, Mapping) else None,
             divergence if isinstance(divergence, Mapping) else None,
+            bool(obj.get("handled")),
         )
 
 
@@ -271,6 +278,43 @@ class DoneEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class McpCallEvent:
+    """A ``tools/call`` crossed the MCP boundary; ``answered``: flowproof answered it (docs/mcp.md)."""
+
+    NAME: ClassVar[str] = "mcp_call"
+    server: str
+    name: str
+    arguments: str
+    answered: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, "server": self.server, "name": self.name,
+                "arguments": self.arguments, "answered": self.answered}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> McpCallEvent:
+        return cls(_text(obj, "server"), _text(obj, "name"), _text(obj, "arguments") or "{}",
+                   obj.get("answered") is True)
+
+
+@dataclass(frozen=True, slots=True)
+class McpRejectedEvent:
+    """A request to an MCP server was not JSON-RPC 2.0: refused with a JSON-RPC error (a report note)."""
+
+    NAME: ClassVar[str] = "mcp_rejected"
+    id: str
+    server: str
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, "id": self.id, "server": self.server, "text": self.text}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> McpRejectedEvent:
+        return cls(_text(obj, "id"), _text(obj, "server"), _text(obj))
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownEvent:
     """An event this flowproof does not know (written by a newer addon): kept, never judged."""
 
@@ -291,6 +335,8 @@ Event = (
     | TlsFailedEvent
     | ErrorEvent
     | DoneEvent
+    | McpCallEvent
+    | McpRejectedEvent
     | UnknownEvent
 )
 
@@ -306,6 +352,8 @@ _CLASSES: dict[str, Any] = {
         TlsFailedEvent,
         ErrorEvent,
         DoneEvent,
+        McpCallEvent,
+        McpRejectedEvent,
     )
 }
 

@@ -35,6 +35,8 @@ PURE_CORE = (
     "flowproof.heal",
     "flowproof.excerpt",
     "flowproof.commands",
+    "flowproof.mcp",
+    "flowproof.guard",
 )
 
 
