@@ -8,12 +8,15 @@ which client honours it.
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+import certifi
 
 from flowproof.errors import CAError
 from flowproof.wire.providers import PROVIDERS, base_url_vars, model_host_suffixes
@@ -62,8 +65,6 @@ def system_bundle() -> Path:
     for candidate in SYSTEM_BUNDLES:
         if candidate.is_file():
             return candidate
-    import certifi
-
     return Path(certifi.where())
 
 
@@ -80,8 +81,8 @@ def ensure_ca(confdir: Path, roots: Path | None = None) -> CAFiles:
         confdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(confdir, 0o700)
         if not (confdir / f"{CA_BASENAME}-ca.pem").exists():
-            # Imported lazily: mitmproxy.certs pulls in cryptography (~0.2 s) and is
-            # only needed the first time.
+            # Imported here: mitmproxy.certs pulls in cryptography, 0.14-0.26 s (python
+            # -X importtime, 3 runs), and only the first run on a machine creates the CA.
             from mitmproxy.certs import CertStore
 
             CertStore.create_store(confdir, CA_BASENAME, 2048)
@@ -271,8 +272,6 @@ def interpreter_first_path(path: str | None, *, executable: str | None = None,
 
 def export_lines(env: Mapping[str, str], base: Mapping[str, str]) -> list[str]:
     """``export NAME=value`` lines (shell-quoted) for the variables ``env`` adds or changes."""
-    import shlex
-
     return [
         f"export {name}={shlex.quote(value)}"
         for name, value in sorted(env.items())

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from flowproof.errors import SpecError, SpecProblem
+from flowproof.spec.patterns import compile_bounded
 from flowproof.spec.types import (
     Clause,
     FlowSpec,
@@ -149,9 +150,6 @@ class _Resolver:
         value = self.text(clause.value, clause.location)
         pattern = clause.pattern
         if clause.matcher is Matcher.MATCHES and self.environ is not None:
-            # Imported here: clauses imports this module for the ${ syntax check.
-            from flowproof.spec.patterns import compile_bounded
-
             try:
                 pattern = compile_bounded(value)
             except ValueError as e:
