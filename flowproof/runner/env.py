@@ -195,7 +195,7 @@ def agent_env(
     reverse_urls: Mapping[str, str] | None = None,
     placeholder_keys: bool = False,
     model_hosts: Iterable[str] = (),
-    overrides: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
 ) -> dict[str, str]:
     """The environment for the agent process: ``base`` plus proxy, CA and routing variables.
 
@@ -242,7 +242,8 @@ def agent_env(
             url = (reverse_urls or {}).get(host)
             if url:
                 env[var.name] = url.rstrip("/") + var.suffix
-    env.update(overrides or {})
+    # The spec keeps agent.env as (name, value) pairs (frozen data); a caller may pass a dict.
+    env.update(overrides.items() if isinstance(overrides, Mapping) else (overrides or ()))
     if placeholder_keys:
         for name in placeholder_key_vars(env):
             env[name] = PLACEHOLDER_KEY
