@@ -1,6 +1,6 @@
 """Evaluate a flow spec's assertion steps against a trajectory.
 
-Semantics (seed "spec-shape-and-assertions"):
+Semantics (docs/design.md#spec-semantics):
 
 - ``assert_tool_call`` steps form an ordered subsequence of ``trajectory.tool_calls``:
   each must match a call after the call the previous one matched; unlisted calls

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from flowproof.commands import GENERIC_RECORD_COMMAND
 from flowproof.excerpt import first_difference, window
 from flowproof.model import RequestView
+from flowproof.normalize import looks_like_per_run_id, suggest_rule
 
 if TYPE_CHECKING:
     from flowproof.cassette import Cassette, RecordedTurn
@@ -267,6 +268,9 @@ def _is_json(text: str) -> bool:
 
 def _leaf_changes(recorded: Any, replayed: Any) -> list[tuple[list[Any], Any, Any]]:
     """Every differing leaf as (path segments, recorded, replayed), in body order."""
+    # Imported here: deepdiff costs 0.4-0.5 s (python -X importtime, 3 runs on a loaded 2-CPU
+    # machine), replay and compare import this module on every proxy start, and only a miss
+    # or a drift needs the diff.
     from deepdiff import DeepDiff
     from deepdiff.helper import notpresent
 
@@ -369,10 +373,6 @@ def _view_of(
 
 
 def _per_run_hint(fields: Sequence[FieldChange]) -> str | None:
-    try:
-        from flowproof.normalize import looks_like_per_run_id, suggest_rule
-    except ImportError:
-        return None
     kinds: list[tuple[str, str]] = []
     for f in fields:
         if not (isinstance(f.recorded, str) and isinstance(f.replayed, str)):

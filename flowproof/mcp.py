@@ -41,6 +41,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = [
     "INVALID_REQUEST",
@@ -629,8 +630,6 @@ def parse_route(value: str) -> McpRoute:
     >>> parse_route("exports=http://127.0.0.1:9000/mcp").port
     9000
     """
-    from urllib.parse import urlsplit
-
     name, sep, url = value.partition("=")
     name, url = name.strip(), url.strip()
     if not sep or not name or not url:

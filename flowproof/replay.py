@@ -1,6 +1,6 @@
 """The strict matcher: a replayed request must match a recorded turn byte for byte.
 
-Rules (DESIGN.md, "Settled behaviour"):
+Rules (docs/design.md#matching):
 
 - The key is the sha256 of the request body after tool-result substitution and
   normalization; headers are not matched.
@@ -29,6 +29,7 @@ from typing import Any
 from flowproof.cassette import Cassette, RecordedTurn
 from flowproof.divergence import Divergence, explain_miss
 from flowproof.model import RequestView
+from flowproof.wire import codec_by_name
 
 __all__ = ["Miss", "Replay", "Replayer", "ViewOf", "route_mismatch"]
 
@@ -57,8 +58,6 @@ def codec_view(provider: str, body: Any) -> RequestView | None:
     degrades the report (no envelope) instead of failing it.
     """
     try:
-        from flowproof.wire import codec_by_name
-
         codec = codec_by_name(provider)
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(
             "utf-8", "surrogatepass"

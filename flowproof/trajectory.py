@@ -1,6 +1,6 @@
 """Turns -> threads -> tool calls -> reply: what the agent did, order-independent where it must be.
 
-The reply rule is settled in review (DESIGN.md, "Reply"): turns are grouped into
+The reply rule (docs/design.md#reply): turns are grouped into
 threads by system prompt, the thread with the most turns is the conversation the
 flow is about, a tie goes to the thread carrying the most request text. A side
 conversation (a concurrent title-generation call with its own system prompt)

@@ -76,8 +76,6 @@ def mitmdump_executable() -> str:
     beside = Path(sys.executable).parent / "mitmdump"
     if beside.exists():
         return str(beside)
-    import shutil
-
     found = shutil.which("mitmdump")
     if found is None:
         raise ProxyError(

@@ -21,6 +21,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from flowproof.errors import SpecError, SpecProblem
+from flowproof.normalize import PRESETS
 from flowproof.spec.clauses import compile_pattern, parse_reply_line, parse_tool_line, suggest
 from flowproof.spec.paths import split_path
 from flowproof.spec.types import (
@@ -44,7 +45,6 @@ __all__ = [
     "MAX_EXPANDED_CHARS",
     "MAX_EXPANDED_NODES",
     "MAX_SPEC_BYTES",
-    "FALLBACK_PRESETS",
     "default_cassette_path",
     "load_spec",
     "parse_spec",
@@ -61,8 +61,6 @@ MAX_SPEC_BYTES = 1024 * 1024
 MAX_ALIASES = 200
 MAX_EXPANDED_NODES = 100_000
 MAX_EXPANDED_CHARS = 8 * 1024 * 1024
-#: Preset names accepted when ``flowproof.normalize`` (which owns the presets) is absent.
-FALLBACK_PRESETS = ("claude-code", "codex", "openai-agents")
 
 _TAG = "tag:yaml.org,2002:"
 _NULL, _BOOL, _INT, _FLOAT, _STR = (_TAG + t for t in ("null", "bool", "int", "float", "str"))
@@ -126,11 +124,6 @@ def default_cassette_path(spec_path: Path) -> Path:
 
 
 def _preset_names() -> tuple[str, ...]:
-    # Lazy: normalize.py imports spec types, and may not exist yet in a checkout.
-    try:
-        from flowproof.normalize import PRESETS
-    except ImportError:
-        return FALLBACK_PRESETS
     return tuple(sorted(PRESETS))
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from flowproof.errors import SpecError, SpecProblem
+from flowproof.spec.patterns import compile_bounded
 from flowproof.spec.types import (
     Clause,
     FlowSpec,
@@ -46,7 +47,11 @@ _TOKEN = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
 
 
 class VariableSyntaxError(ValueError):
-    """A ``${`` that is not a well-formed reference; ``offset`` is its index in the text."""
+    """A ``${`` that is not a well-formed reference; ``offset`` is its index in the text.
+
+    Internal to the spec package (not in flowproof/errors.py): the loader and the clause
+    parser catch it and turn it into a `SpecProblem` with the file position; no user sees it.
+    """
 
     def __init__(self, text: str, offset: int) -> None:
         self.offset = offset
@@ -145,9 +150,6 @@ class _Resolver:
         value = self.text(clause.value, clause.location)
         pattern = clause.pattern
         if clause.matcher is Matcher.MATCHES and self.environ is not None:
-            # Imported here: clauses imports this module for the ${ syntax check.
-            from flowproof.spec.patterns import compile_bounded
-
             try:
                 pattern = compile_bounded(value)
             except ValueError as e:

@@ -20,7 +20,7 @@ from flowproof.spec import (
     load_spec,
     volatile_refusal,
 )
-from flowproof.spec.loader import FALLBACK_PRESETS, parse_spec
+from flowproof.spec.loader import parse_spec
 
 MINIMAL = """\
 name: minimal
@@ -494,9 +494,10 @@ volatile:
             "7:5: unknown volatile preset `codx` — did you mean `codex`?"
         ]
 
-    def test_fallback_presets_exist(self):
-        """The fallback preset names are the three documented agents."""
-        assert set(FALLBACK_PRESETS) == {"claude-code", "codex", "openai-agents"}
+    def test_every_documented_preset_is_accepted(self):
+        """The presets of the three measured agents load (their names come from flowproof.normalize)."""
+        for name in ("claude-code", "codex", "openai-agents"):
+            assert parse_spec(MINIMAL + f"volatile:\n  - {name}\n", "f.flow.yaml").presets == (name,)
 
     @pytest.mark.parametrize("path", [
         "messages", "messages.0", "messages.*", "messages.0.content", "messages.0.content.0.text",
