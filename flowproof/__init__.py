@@ -7,9 +7,9 @@ they need from here or from their own adapter modules; everything not listed in
 
 from __future__ import annotations
 
-from flowproof.assertions import AssertionResult, evaluate
-from flowproof.cassette import Cassette, RecordedTurn, load_cassette, save_cassette
-from flowproof.compare import CassetteDriftError, CompareResult, compare_responses
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from flowproof.errors import (
     AgentError,
     CassetteError,
@@ -21,8 +21,45 @@ from flowproof.errors import (
     WireError,
 )
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult, Turn
-from flowproof.spec import FlowSpec, load_spec, resolve_variables
-from flowproof.trajectory import Trajectory, build_trajectory
+
+if TYPE_CHECKING:
+    from flowproof.assertions import AssertionResult, evaluate
+    from flowproof.cassette import Cassette, RecordedTurn, load_cassette, save_cassette
+    from flowproof.compare import CassetteDriftError, CompareResult, compare_responses
+    from flowproof.spec import FlowSpec, load_spec, resolve_variables
+    from flowproof.trajectory import Trajectory, build_trajectory
+
+#: The rest of the API loads on first use (PEP 562), so importing one core module (say
+#: `flowproof.normalize`, which runs this file first) does not load the YAML spec loader,
+#: the cassette reader and the compare engine with it.
+_LAZY = {
+    "AssertionResult": "flowproof.assertions",
+    "evaluate": "flowproof.assertions",
+    "Cassette": "flowproof.cassette",
+    "RecordedTurn": "flowproof.cassette",
+    "load_cassette": "flowproof.cassette",
+    "save_cassette": "flowproof.cassette",
+    "CassetteDriftError": "flowproof.compare",
+    "CompareResult": "flowproof.compare",
+    "compare_responses": "flowproof.compare",
+    "FlowSpec": "flowproof.spec",
+    "load_spec": "flowproof.spec",
+    "resolve_variables": "flowproof.spec",
+    "Trajectory": "flowproof.trajectory",
+    "build_trajectory": "flowproof.trajectory",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

@@ -1,6 +1,6 @@
 """Evaluate a flow spec's assertion steps against a trajectory.
 
-Semantics (seed "spec-shape-and-assertions"):
+Semantics (docs/design.md#spec-semantics):
 
 - ``assert_tool_call`` steps form an ordered subsequence of ``trajectory.tool_calls``:
   each must match a call after the call the previous one matched; unlisted calls
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowproof.model import ToolCall
-from flowproof.spec.clauses import compile_pattern
+from flowproof.spec.patterns import PatternTimeout, compile_bounded
 from flowproof.spec.paths import resolve_path
 from flowproof.spec.types import (
     Clause,
@@ -34,7 +34,7 @@ from flowproof.spec.types import (
     Step,
     ToolCallAssertion,
 )
-from flowproof.trajectory import Trajectory
+from flowproof.trajectory import MCP, Trajectory, boundary_of
 
 __all__ = ["AssertionResult", "check_clause", "describe_assertion", "evaluate"]
 
@@ -118,7 +118,9 @@ def _call_ref(pos: int, calls: Sequence[ToolCall]) -> str:
 
 
 def _named_ref(pos: int, calls: Sequence[ToolCall]) -> str:
-    return f"{calls[pos].name} ({_call_ref(pos, calls)})"
+    # A call seen at the MCP boundary says so: the agent sent it, not just the model asked.
+    over = ", over MCP" if boundary_of(calls[pos]) == MCP else ""
+    return f"{calls[pos].name} ({_call_ref(pos, calls)}{over})"
 
 
 def _call_matches(step: ToolCallAssertion, call: ToolCall) -> bool:
@@ -294,11 +296,19 @@ def check_clause(clause: Clause, call: ToolCall) -> ClauseCheck:
     pattern = clause.pattern
     if pattern is None:
         try:
-            pattern = compile_pattern(expected)
+            pattern = compile_bounded(expected)
         except ValueError as exc:
             return ClauseCheck(clause, False, f"{path}: the pattern is invalid: {exc}")
     text = actual if isinstance(actual, str) else _json_text(actual)
-    ok = pattern.search(text) is not None
+    try:
+        ok = pattern.search(text)
+    except PatternTimeout as exc:
+        # A hostile pattern must not hang the run: it fails here, naming the clause.
+        return ClauseCheck(
+            clause, False,
+            f"{clause.location}: `{path} matches` gave up: {exc} — the pattern backtracks "
+            "catastrophically (nested repeats such as (a+)+ or (a|aa)+); rewrite it",
+        )
     return ClauseCheck(
         clause, ok, f"{path} is {_show(actual)}, which does not match /{pattern.pattern}/"
     )

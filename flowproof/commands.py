@@ -32,6 +32,5 @@ def addon_record_command(cassette: Path | str | None) -> str:
     """The bare-mitmdump command that records to ``cassette`` (``PATH`` when none is set)."""
     target = shlex.quote(str(cassette)) if cassette else "PATH"
     return (
-        f"mitmdump -s {ADDON_SCRIPT} --set flowproof_mode=record "
-        f"--set flowproof_cassette={target}"
+        f"mitmdump -s {ADDON_SCRIPT} --set flowproof_mode=record --set flowproof_cassette={target}"
     )

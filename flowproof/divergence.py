@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from flowproof.commands import GENERIC_RECORD_COMMAND
 from flowproof.excerpt import first_difference, window
 from flowproof.model import RequestView
+from flowproof.normalize import looks_like_per_run_id, suggest_rule
 
 if TYPE_CHECKING:
     from flowproof.cassette import Cassette, RecordedTurn
@@ -33,6 +34,7 @@ __all__ = [
     "DivergenceKind",
     "FieldChange",
     "explain_miss",
+    "format_pair",
     "format_value",
 ]
 
@@ -213,6 +215,11 @@ def _window(text: str, at: int) -> str:
     return window(text, max(0, at - _BEFORE), _WIDTH)
 
 
+def format_pair(recorded: Any, other: Any) -> tuple[str, str]:
+    """Two values as a report shows them side by side, long ones cut around their first difference."""
+    return _pair(recorded, other)
+
+
 def _pair(recorded: Any, replayed: Any) -> tuple[str, str]:
     """Both sides for display; long values are trimmed around their first difference."""
     if isinstance(recorded, str) and isinstance(replayed, str):
@@ -261,6 +268,9 @@ def _is_json(text: str) -> bool:
 
 def _leaf_changes(recorded: Any, replayed: Any) -> list[tuple[list[Any], Any, Any]]:
     """Every differing leaf as (path segments, recorded, replayed), in body order."""
+    # Imported here: deepdiff costs 0.4-0.5 s (python -X importtime, 3 runs on a loaded 2-CPU
+    # machine), replay and compare import this module on every proxy start, and only a miss
+    # or a drift needs the diff.
     from deepdiff import DeepDiff
     from deepdiff.helper import notpresent
 
@@ -323,11 +333,16 @@ def _names(items: Sequence[str]) -> str:
     return ", ".join(items)
 
 
-def envelope_changes(recorded: RequestView, replayed: RequestView) -> list[str]:
-    """Envelope differences as report lines: model, then tools by name, then message roles."""
+def envelope_changes(
+    recorded: RequestView, replayed: RequestView, *, other: str = "replayed"
+) -> list[str]:
+    """Envelope differences as report lines: model, then tools by name, then message roles.
+
+    ``other`` names the side compared with the recording ("live" in compare mode).
+    """
     lines: list[str] = []
     if recorded.model != replayed.model:
-        lines.append(f"model: recorded {_plain(recorded.model)}, replayed {_plain(replayed.model)}")
+        lines.append(f"model: recorded {_plain(recorded.model)}, {other} {_plain(replayed.model)}")
     added = [t for t in replayed.tools if t not in recorded.tools]
     removed = [t for t in recorded.tools if t not in replayed.tools]
     if added:
@@ -339,13 +354,13 @@ def envelope_changes(recorded: RequestView, replayed: RequestView) -> list[str]:
     if not added and not removed and recorded.tools != replayed.tools:
         lines.append(
             f"tool order changed: recorded {_names(recorded.tools)}; "
-            f"replayed {_names(replayed.tools)}"
+            f"{other} {_names(replayed.tools)}"
         )
     if recorded.roles != replayed.roles:
         lines.append(
             "message roles changed: "
             f"recorded {_names(recorded.roles) or '(none)'}; "
-            f"replayed {_names(replayed.roles) or '(none)'}"
+            f"{other} {_names(replayed.roles) or '(none)'}"
         )
     return lines
 
@@ -365,10 +380,6 @@ def _view_of(
 
 
 def _per_run_hint(fields: Sequence[FieldChange]) -> str | None:
-    try:
-        from flowproof.normalize import looks_like_per_run_id, suggest_rule
-    except ImportError:
-        return None
     kinds: list[tuple[str, str]] = []
     for f in fields:
         if not (isinstance(f.recorded, str) and isinstance(f.replayed, str)):

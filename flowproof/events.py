@@ -32,6 +32,8 @@ __all__ = [
     "DriftEvent",
     "ErrorEvent",
     "Event",
+    "McpCallEvent",
+    "McpRejectedEvent",
     "Listener",
     "ReadyEvent",
     "RequestStartedEvent",
@@ -74,7 +76,9 @@ class ReadyEvent:
     mode: str
 
     def to_json(self) -> dict[str, Any]:
-        listen = [{"mode": entry.mode, "host": entry.host, "port": entry.port} for entry in self.listen]
+        listen = [
+            {"mode": entry.mode, "host": entry.host, "port": entry.port} for entry in self.listen
+        ]
         return {"event": self.NAME, "listen": listen, "mode": self.mode}
 
     @classmethod
@@ -83,7 +87,9 @@ class ReadyEvent:
         for entry in obj.get("listen") or ():
             if isinstance(entry, Mapping) and "host" in entry and "port" in entry:
                 try:
-                    listen.append(Listener(str(entry.get("mode", "")), str(entry["host"]), int(entry["port"])))
+                    listen.append(
+                        Listener(str(entry.get("mode", "")), str(entry["host"]), int(entry["port"]))
+                    )
                 except (TypeError, ValueError):
                     continue
         return cls(tuple(listen), _text(obj, "mode"))
@@ -114,12 +120,19 @@ class TurnEvent:
     turn: RecordedTurn
 
     def to_json(self) -> dict[str, Any]:
-        return {"event": self.NAME, "id": self.id, "mode": self.mode, "turn": turn_to_json(self.turn)}
+        return {
+            "event": self.NAME,
+            "id": self.id,
+            "mode": self.mode,
+            "turn": turn_to_json(self.turn),
+        }
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TurnEvent:
         """Raises `CassetteError` when ``turn`` is not a cassette turn."""
-        return cls(_text(obj, "id"), _text(obj, "mode"), turn_from_json(obj.get("turn"), EVENT_LOG_SOURCE))
+        return cls(
+            _text(obj, "id"), _text(obj, "mode"), turn_from_json(obj.get("turn"), EVENT_LOG_SOURCE)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,30 +145,41 @@ class DivergenceEvent:
     divergence: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"event": self.NAME, "id": self.id, "text": self.text, "divergence": dict(self.divergence)}
+        return {
+            "event": self.NAME,
+            "id": self.id,
+            "text": self.text,
+            "divergence": dict(self.divergence),
+        }
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> DivergenceEvent:
         divergence = obj.get("divergence")
-        return cls(_text(obj, "id"), _text(obj), divergence if isinstance(divergence, Mapping) else {})
+        return cls(
+            _text(obj, "id"), _text(obj), divergence if isinstance(divergence, Mapping) else {}
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class DriftEvent:
-    """Compare: a live response differs (``result``), or matches no recorded turn
-    (``result`` is None and ``divergence`` says why)."""
+    """Compare: a live response differs from the recording (``result``), or the compare
+    handler rejected a result (``handled``; ``text`` is its message). ``divergence``
+    is kept for logs of older addons."""
 
     NAME: ClassVar[str] = "drift"
     id: str
     text: str
     result: Mapping[str, Any] | None
     divergence: Mapping[str, Any] | None = None
+    handled: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"event": self.NAME, "id": self.id, "text": self.text}
         out["result"] = dict(self.result) if self.result is not None else None
         if self.divergence is not None:
             out["divergence"] = dict(self.divergence)
+        if self.handled:
+            out["handled"] = True
         return out
 
     @classmethod
@@ -166,6 +190,7 @@ class DriftEvent:
             _text(obj),
             result if isinstance(result, Mapping) else None,
             divergence if isinstance(divergence, Mapping) else None,
+            bool(obj.get("handled")),
         )
 
 
@@ -187,7 +212,11 @@ class ComparedEvent:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> ComparedEvent:
         result = obj.get("result")
-        return cls(_text(obj, "id"), result if isinstance(result, Mapping) else {}, bool(obj.get("handled")))
+        return cls(
+            _text(obj, "id"),
+            result if isinstance(result, Mapping) else {},
+            bool(obj.get("handled")),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,10 +269,49 @@ class DoneEvent:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> DoneEvent:
         raw = obj.get("unconsumed") or ()
-        unconsumed = tuple(i for i in raw if isinstance(i, int) and not isinstance(i, bool)) if isinstance(
-            raw, list | tuple
-        ) else ()
+        unconsumed = (
+            tuple(i for i in raw if isinstance(i, int) and not isinstance(i, bool))
+            if isinstance(raw, list | tuple)
+            else ()
+        )
         return cls(unconsumed, _text(obj))
+
+
+@dataclass(frozen=True, slots=True)
+class McpCallEvent:
+    """A ``tools/call`` crossed the MCP boundary; ``answered``: flowproof answered it (docs/mcp.md)."""
+
+    NAME: ClassVar[str] = "mcp_call"
+    server: str
+    name: str
+    arguments: str
+    answered: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, "server": self.server, "name": self.name,
+                "arguments": self.arguments, "answered": self.answered}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> McpCallEvent:
+        return cls(_text(obj, "server"), _text(obj, "name"), _text(obj, "arguments") or "{}",
+                   obj.get("answered") is True)
+
+
+@dataclass(frozen=True, slots=True)
+class McpRejectedEvent:
+    """A request to an MCP server was not JSON-RPC 2.0: refused with a JSON-RPC error (a report note)."""
+
+    NAME: ClassVar[str] = "mcp_rejected"
+    id: str
+    server: str
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, "id": self.id, "server": self.server, "text": self.text}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> McpRejectedEvent:
+        return cls(_text(obj, "id"), _text(obj, "server"), _text(obj))
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +335,8 @@ Event = (
     | TlsFailedEvent
     | ErrorEvent
     | DoneEvent
+    | McpCallEvent
+    | McpRejectedEvent
     | UnknownEvent
 )
 
@@ -282,6 +352,8 @@ _CLASSES: dict[str, Any] = {
         TlsFailedEvent,
         ErrorEvent,
         DoneEvent,
+        McpCallEvent,
+        McpRejectedEvent,
     )
 }
 

@@ -74,7 +74,10 @@ def _call_diff(old: ToolCall, new: ToolCall) -> list[str]:
             before, after = _show(a[path]), _show(b[path])
             if before == after:
                 # "311" -> 311, true -> "true": bare text would print the same twice.
-                before, after = json.dumps(a[path], ensure_ascii=False), json.dumps(b[path], ensure_ascii=False)
+                before, after = (
+                    json.dumps(a[path], ensure_ascii=False),
+                    json.dumps(b[path], ensure_ascii=False),
+                )
             lines.append(f"{label}: {before} -> {after}")
     return lines
 
@@ -99,7 +102,9 @@ def _turn_diff(old: Turn, new: Turn) -> list[str]:
     if old.request.system != new.request.system:
         lines.append("system prompt changed")
     if old.request.roles != new.request.roles:
-        lines.append(f"message roles: {' '.join(old.request.roles)} -> {' '.join(new.request.roles)}")
+        lines.append(
+            f"message roles: {' '.join(old.request.roles)} -> {' '.join(new.request.roles)}"
+        )
     ocalls = old.response.tool_calls if old.response else ()
     ncalls = new.response.tool_calls if new.response else ()
     for i in range(max(len(ocalls), len(ncalls))):
@@ -166,9 +171,7 @@ def _turn_key(entry: ReadableTurn) -> tuple[str, ...]:
     return tuple(f"{c.name} {c.canonical_arguments()}" for c in calls) or ("text",)
 
 
-def _paired_turn_diff(
-    old: ReadableTurn, new: ReadableTurn, i: int, j: int
-) -> list[str]:
+def _paired_turn_diff(old: ReadableTurn, new: ReadableTurn, i: int, j: int) -> list[str]:
     (ort, ov, oerr), (nrt, nv, nerr) = old, new
     label = f"turn {j}" if i == j else f"turn {j} (was turn {i})"
     if ov is None or nv is None:
@@ -189,5 +192,7 @@ def _summary(entry: ReadableTurn) -> str:
         return f"{rt.provider} ({err})"
     calls = view.response.tool_calls if view.response else ()
     if calls:
-        return f"{rt.provider}, calls " + ", ".join(f"{c.name} {c.canonical_arguments()}" for c in calls)
+        return f"{rt.provider}, calls " + ", ".join(
+            f"{c.name} {c.canonical_arguments()}" for c in calls
+        )
     return f"{rt.provider}, text {short_text(view.response.text if view.response else '')}"

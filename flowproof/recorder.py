@@ -34,7 +34,13 @@ from flowproof.wire import parse_sse
 from flowproof.wire.base import Codec
 from flowproof.wire.sse import SSEDecoder, SSEEvent, encode_events
 
-__all__ = ["PendingCall", "StreamTap", "is_event_stream", "response_from_body", "response_from_stream"]
+__all__ = [
+    "PendingCall",
+    "StreamTap",
+    "is_event_stream",
+    "response_from_body",
+    "response_from_stream",
+]
 
 Headers = Iterable[tuple[str, str]]
 
@@ -95,9 +101,13 @@ class PendingCall:
     headers: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def start(cls, codec: Codec, method: str, url: str, headers: Headers, prepared: PreparedRequest) -> PendingCall:
+    def start(
+        cls, codec: Codec, method: str, url: str, headers: Headers, prepared: PreparedRequest
+    ) -> PendingCall:
         """The call for a request; ``url`` and ``headers`` are redacted here, before anything is kept."""
-        request = RecordedRequest(method, redact_url(url), filter_headers(headers), prepared.sha256, prepared.body)
+        request = RecordedRequest(
+            method, redact_url(url), filter_headers(headers), prepared.sha256, prepared.body
+        )
         return cls(codec, request)
 
     def response_started(self, status: int, headers: Headers) -> None:
@@ -117,7 +127,9 @@ class PendingCall:
 
     def turn(self, index: int, response: RecordedResponse) -> RecordedTurn:
         """The completed call as turn ``index``."""
-        return RecordedTurn(index=index, provider=self.codec.name, request=self.request, response=response)
+        return RecordedTurn(
+            index=index, provider=self.codec.name, request=self.request, response=response
+        )
 
     def left_turn(self, index: int, normalizer: Normalizer) -> RecordedTurn:
         """Turn ``index`` for a call whose client left (closed, reset, or the agent exited)
@@ -136,7 +148,9 @@ class PendingCall:
         )
 
 
-def response_from_stream(status: int, headers: Headers, tap: StreamTap, normalizer: Normalizer) -> RecordedResponse:
+def response_from_stream(
+    status: int, headers: Headers, tap: StreamTap, normalizer: Normalizer
+) -> RecordedResponse:
     """The recorded form of a tapped SSE response (paths made portable)."""
     return _stream_response(status, headers, tap.finish(), normalizer)
 

@@ -1,6 +1,6 @@
 """The strict matcher: a replayed request must match a recorded turn byte for byte.
 
-Rules (DESIGN.md, "Settled behaviour"):
+Rules (docs/design.md#matching):
 
 - The key is the sha256 of the request body after tool-result substitution and
   normalization, plus the fields the API names in the URL path (Gemini's
@@ -33,7 +33,7 @@ from flowproof.cassette import Cassette, RecordedTurn, turn_path_fields
 from flowproof.divergence import Divergence, explain_miss
 from flowproof.model import RequestView
 from flowproof.request_key import match_key
-from flowproof.wire import with_path_fields
+from flowproof.wire import codec_by_name, with_path_fields
 
 __all__ = ["Miss", "Replay", "Replayer", "ViewOf", "route_mismatch"]
 
@@ -62,8 +62,6 @@ def codec_view(provider: str, body: Any) -> RequestView | None:
     degrades the report (no envelope) instead of failing it.
     """
     try:
-        from flowproof.wire import codec_by_name
-
         codec = codec_by_name(provider)
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(
             "utf-8", "surrogatepass"
@@ -88,8 +86,9 @@ class Replayer:
         # Every position per key, kept to explain an extra call after all are served.
         self._all: dict[str, list[int]] = {}
         #: The path fields of each recorded turn, by position (for the divergence report).
-        self._path_fields = [turn_path_fields(turn) for turn in cassette.turns]
+        self._path_fields: list[dict[str, str]] = []
         for pos, turn in enumerate(cassette.turns):
+            self._path_fields.append(turn_path_fields(turn))
             key = match_key(turn.request.body_sha256, self._path_fields[pos])
             self.index.setdefault(key, deque()).append(pos)
             self._all.setdefault(key, []).append(pos)

@@ -20,7 +20,7 @@ from flowproof.errors import (
 
 class TestExitCodes:
     def test_exit_codes_are_the_documented_contract(self) -> None:
-        """The exit codes match DESIGN.md's command-line contract."""
+        """The exit codes match the command-line contract in docs/runner.md."""
         assert (
             errors.EXIT_OK,
             errors.EXIT_ASSERTION,
@@ -85,3 +85,19 @@ class TestMessages:
         assert str(WireError("openai-chat", "messages", "is missing")) == (
             "openai-chat: messages: is missing"
         )
+
+
+class TestInterrupted:
+    @pytest.mark.parametrize(
+        ("signum", "code", "name"), [(2, 130, "SIGINT"), (15, 143, "SIGTERM"), (None, 130, "SIGINT")]
+    )
+    def test_exit_code_is_128_plus_the_signal(self, signum: int | None, code: int, name: str) -> None:
+        """flowproof-run interrupted exits 128 + the signal and says nothing was recorded."""
+        error = errors.Interrupted(signum)
+        assert error.exit_code == code
+        assert name in str(error) and "nothing was recorded" in str(error)
+
+    def test_ca_error_is_a_usage_error(self) -> None:
+        """A CA directory problem is a FlowproofError with the usage exit code."""
+        assert issubclass(errors.CAError, errors.FlowproofError)
+        assert errors.CAError.exit_code == errors.EXIT_USAGE

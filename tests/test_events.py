@@ -29,13 +29,19 @@ from .runner.helpers import BOOKING_TURNS, cassette_text
 TURN = loads_cassette(cassette_text(BOOKING_TURNS), "c.json").turns[1]
 
 EVENTS = [
-    ReadyEvent((Listener("regular", "127.0.0.1", 8080), Listener("reverse:https://api.openai.com@0", "::1", 9)),
-               "replay"),
+    ReadyEvent(
+        (
+            Listener("regular", "127.0.0.1", 8080),
+            Listener("reverse:https://api.openai.com@0", "::1", 9),
+        ),
+        "replay",
+    ),
     RequestStartedEvent("f1"),
     TurnEvent("f1", "replay", TURN),
     DivergenceEvent("f2", "unmatched", {"kind": "unmatched", "closest_index": 1}),
     DriftEvent("f3", "text: a -> b", {"equal": False}),
     DriftEvent("f4", "no match", None, {"kind": "unmatched"}),
+    DriftEvent("f8", "the compare handler rejected turn 0", {"equal": True}, handled=True),
     ComparedEvent("f5", {"equal": True}),
     ComparedEvent("f6", {"equal": False}, handled=True),
     TlsFailedEvent("api.openai.com", "does not trust"),
@@ -57,6 +63,9 @@ class TestRoundTrip:
         assert ErrorEvent("t", id="x").to_json() == {"event": "error", "id": "x", "text": "t"}
         assert ErrorEvent("t").to_json() == {"event": "error", "text": "t"}
         assert DriftEvent("x", "t", None).to_json() == {"event": "drift", "id": "x", "text": "t", "result": None}
+        assert DriftEvent("x", "t", {}, handled=True).to_json() == {
+            "event": "drift", "id": "x", "text": "t", "result": {}, "handled": True,
+        }
         assert ComparedEvent("x", {}).to_json() == {"event": "compared", "id": "x", "result": {}}
         assert DoneEvent().to_json() == {"event": "done", "unconsumed": [], "text": ""}
         assert TurnEvent("x", "record", TURN).to_json()["turn"]["provider"] == "openai-chat"
@@ -65,12 +74,14 @@ class TestRoundTrip:
 class TestLenientReading:
     def test_unknown_event_is_kept(self):
         """An event a newer addon writes is kept as UnknownEvent, not an error."""
-        (event,) = parse_events([{"event": "mcp_call", "tool": "x"}])
-        assert event == UnknownEvent("mcp_call", {"event": "mcp_call", "tool": "x"})
+        (event,) = parse_events([{"event": "newer_addon_event", "tool": "x"}])
+        assert event == UnknownEvent("newer_addon_event", {"event": "newer_addon_event", "tool": "x"})
 
     def test_missing_fields_get_defaults(self):
         """A done event without text or with junk in unconsumed reads as the old dict readers did."""
-        assert parse_event({"event": "done", "unconsumed": [1, "x", True, 4]}) == DoneEvent((1, 4), "")
+        assert parse_event({"event": "done", "unconsumed": [1, "x", True, 4]}) == DoneEvent(
+            (1, 4), ""
+        )
         assert parse_event({"event": "divergence", "id": "a"}) == DivergenceEvent("a", "", {})
 
     def test_a_broken_turn_is_a_cassette_error(self):

@@ -20,7 +20,9 @@ parse = cassette
 def with_args(turn: dict, arguments: str) -> dict:
     """A copy of a tool-call turn whose call carries ``arguments`` verbatim."""
     changed = copy.deepcopy(turn)
-    changed["response"]["body"]["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = arguments
+    changed["response"]["body"]["choices"][0]["message"]["tool_calls"][0]["function"][
+        "arguments"
+    ] = arguments
     return changed
 
 
@@ -44,15 +46,23 @@ class TestDiff:
 
     def test_moved_argument_and_text(self) -> None:
         """A moved argument path and changed text are named per turn."""
-        new = [BOOKING_TURNS[0], chat_turn(1, call=("create_booking", {"flight": {"id": "KQ999"}})),
-               chat_turn(2, text="Booked!")]
+        new = [
+            BOOKING_TURNS[0],
+            chat_turn(1, call=("create_booking", {"flight": {"id": "KQ999"}})),
+            chat_turn(2, text="Booked!"),
+        ]
         diff = diff_cassettes(cassette(BOOKING_TURNS), cassette(new))
         assert "turn 1: create_booking flight.id: KQ311 -> KQ999" in diff
         assert "turn 2: text:" in diff and "'Booked!'" in diff
 
     def test_turns_and_calls_added_removed(self) -> None:
         """Added turns and replaced tool calls are reported."""
-        new = [BOOKING_TURNS[0], chat_turn(1, call=("cancel_booking", {})), BOOKING_TURNS[2], chat_turn(3, text="bye")]
+        new = [
+            BOOKING_TURNS[0],
+            chat_turn(1, call=("cancel_booking", {})),
+            BOOKING_TURNS[2],
+            chat_turn(3, text="bye"),
+        ]
         diff = diff_cassettes(cassette(BOOKING_TURNS), cassette(new))
         assert "turn 1: tool call 0: create_booking -> cancel_booking" in diff
         assert "turn 3: added" in diff
@@ -63,7 +73,12 @@ class TestDiffAlignment:
     def test_an_inserted_call_is_one_added_turn(self) -> None:
         """One extra call in the middle reads as one added turn, not as every later turn changed."""
         extra = chat_turn(1, call=("search_flights", {"destination": "MBA"}))
-        new = [BOOKING_TURNS[0], extra, {**BOOKING_TURNS[1], "index": 2}, {**BOOKING_TURNS[2], "index": 3}]
+        new = [
+            BOOKING_TURNS[0],
+            extra,
+            {**BOOKING_TURNS[1], "index": 2},
+            {**BOOKING_TURNS[2], "index": 3},
+        ]
         diff = diff_cassettes(cassette(BOOKING_TURNS), cassette(new))
         assert diff == 'turn 1: added — openai-chat, calls search_flights {"destination":"MBA"}'
 
@@ -93,7 +108,9 @@ class TestHealDiffDisplay:
         old = parse([chat_turn(0, text="Booked.\nRef B-1")])
         new = parse([chat_turn(0, text="Booked. Ref B-1")])
         line = diff_cassettes(old, new)
-        assert line.startswith("turn 0: text") and "'Booked.\\nRef B-1' -> 'Booked. Ref B-1'" in line
+        assert (
+            line.startswith("turn 0: text") and "'Booked.\\nRef B-1' -> 'Booked. Ref B-1'" in line
+        )
 
     def test_change_past_the_shown_prefix_is_located(self) -> None:
         """A change far into a long reply is shown around where it happens."""

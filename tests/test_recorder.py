@@ -38,12 +38,18 @@ class TestPendingCall:
         """The URL loses its key and the headers their credentials."""
         prepared = prepare_request(CHAT, b'{"model":"m","messages":[]}', {}, Normalizer())
         headers = [("Authorization", "Bearer sk-x"), ("Content-Type", "application/json")]
-        call = PendingCall.start(CHAT, "POST", "https://h.example/v1/chat/completions?key=SECRET", headers, prepared)
+        call = PendingCall.start(
+            CHAT, "POST", "https://h.example/v1/chat/completions?key=SECRET", headers, prepared
+        )
         assert call.request.url == "https://h.example/v1/chat/completions"
         assert call.request.headers == {"content-type": "application/json"}
         assert call.request.body == {"model": "m", "messages": []}
         turn = call.turn(4, response_from_body(200, [], "application/json", b"{}", Normalizer()))
-        assert (turn.index, turn.provider, turn.request.body_sha256) == (4, "openai-chat", prepared.sha256)
+        assert (turn.index, turn.provider, turn.request.body_sha256) == (
+            4,
+            "openai-chat",
+            prepared.sha256,
+        )
 
 
 class TestResponses:

@@ -40,9 +40,16 @@ SECRETS = {
 class TestRedaction:
     def test_filter_headers_keeps_only_the_allow_list(self):
         """filter_headers keeps allow-listed headers lowercased and drops every secret."""
-        headers = [("Content-Type", "application/json"), ("Anthropic-Beta", "a"), ("anthropic-beta", "b")]
+        headers = [
+            ("Content-Type", "application/json"),
+            ("Anthropic-Beta", "a"),
+            ("anthropic-beta", "b"),
+        ]
         headers += list(SECRETS.items())
-        assert filter_headers(headers) == {"anthropic-beta": "a, b", "content-type": "application/json"}
+        assert filter_headers(headers) == {
+            "anthropic-beta": "a, b",
+            "content-type": "application/json",
+        }
 
     def test_filter_headers_accepts_a_mapping(self):
         """filter_headers accepts a mapping as well as pairs."""
@@ -53,7 +60,9 @@ class TestRedaction:
     def test_allow_list_holds_no_secret_header(self):
         """No header name that carries a secret is on the allow-list."""
         assert not ALLOWED_HEADERS & set(SECRETS)
-        assert not [h for h in ALLOWED_HEADERS if h.endswith("-key") or "auth" in h or "cookie" in h]
+        assert not [
+            h for h in ALLOWED_HEADERS if h.endswith("-key") or "auth" in h or "cookie" in h
+        ]
 
     @pytest.mark.parametrize(
         ("url", "expected"),
@@ -69,9 +78,15 @@ class TestRedaction:
                 "https://x.example/p?a=1&b=2&c=3",
                 id="case-insensitive",
             ),
-            pytest.param("https://x.example/p?beta=true", "https://x.example/p?beta=true", id="kept"),
+            pytest.param(
+                "https://x.example/p?beta=true", "https://x.example/p?beta=true", id="kept"
+            ),
             pytest.param("https://user:pw@x.example/p?key=s", "https://x.example/p", id="userinfo"),
-            pytest.param("https://x.example/p?q=a%20b&x_api_key=s", "https://x.example/p?q=a%20b", id="suffix"),
+            pytest.param(
+                "https://x.example/p?q=a%20b&x_api_key=s",
+                "https://x.example/p?q=a%20b",
+                id="suffix",
+            ),
         ],
     )
     def test_redact_url_drops_key_bearing_params(self, url, expected):
@@ -95,7 +110,9 @@ class TestRedaction:
             ),
             response=RecordedResponse(
                 200,
-                filter_headers({"content-type": "application/json", "set-cookie": SECRETS["set-cookie"]}),
+                filter_headers(
+                    {"content-type": "application/json", "set-cookie": SECRETS["set-cookie"]}
+                ),
                 body={"ok": True},
             ),
         )

@@ -13,13 +13,19 @@ CHAT = codec_by_name("openai-chat")
 
 
 def chat(*messages: dict) -> bytes:
-    return json.dumps({"model": "gpt-4o", "messages": list(messages)}, separators=(",", ":")).encode()
+    return json.dumps(
+        {"model": "gpt-4o", "messages": list(messages)}, separators=(",", ":")
+    ).encode()
 
 
 TOOL_TURN = chat(
     {"role": "user", "content": "book"},
-    {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
-                                          "function": {"name": "search", "arguments": "{}"}}]},
+    {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
+        ],
+    },
     {"role": "tool", "tool_call_id": "c1", "content": "live result"},
 )
 
@@ -27,7 +33,9 @@ TOOL_TURN = chat(
 class TestBodySha256:
     def test_is_hex_sha256(self):
         """body_sha256 returns the hex sha256 of the bytes."""
-        assert body_sha256(b"") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        assert (
+            body_sha256(b"") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        )
 
 
 class TestParseBody:

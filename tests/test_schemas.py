@@ -110,8 +110,6 @@ BROKEN = {
     "tool name with a space": BASE.replace("name: create_booking", "name: create booking"),
     "unknown tool key": BASE.replace("  - name: create_booking\n", "  - name: create_booking\n    mock: 1\n"),
     "strict as quoted text": BASE + 'strict: "true"\n',
-    "mcp tool without result": BASE
-    + "mcp:\n  - name: exports\n    url: http://127.0.0.1:9000/mcp\n    tools:\n      - name: export\n",
     "mcp entry without tools": BASE + "mcp:\n  - name: exports\n    url: http://127.0.0.1:9000/mcp\n",
     "mcp entry with empty tools": BASE
     + "mcp:\n  - name: exports\n    url: http://127.0.0.1:9000/mcp\n    tools: []\n",
@@ -154,6 +152,9 @@ VALID = {
         "tools:\n",
     ).replace("  - assert_tool_call: search_flights\n", ""),
     "result null counts as a result": BASE.replace("  - name: create_booking\n", "  - name: create_booking\n    result: null\n"),
+    "mcp tool without result (a declaration)": BASE
+    + "mcp:\n  - name: exports\n    url: http://127.0.0.1:9000/mcp\n    tools:\n      - name: export\n",
+    "allow_error_turns": BASE + "allow_error_turns: true\n",
     "mcp with a variable url": BASE
     + "mcp:\n  - name: exports\n    url: ${EXPORT_MCP_URL}\n    tools:\n      - name: export\n        result: { ok: false }\n",
     "presets and rules": BASE

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, Turn
-from flowproof.trajectory import build_trajectory
+from flowproof.trajectory import build_trajectory, thread_key
 
 MAIN_SYSTEM = "You are a booking assistant. Use the tools."
 TITLE_SYSTEM = "Generate a concise, sentence-case title (3-7 words)."
@@ -36,6 +36,14 @@ def tool_turn(index: int, system: str, *calls: ToolCall) -> Turn:
 
 
 class TestThreads:
+    def test_thread_key_is_the_system_prompt(self) -> None:
+        """A request's thread key is its system prompt, the key threads are grouped by."""
+        assert thread_key(request(TITLE_SYSTEM)) == TITLE_SYSTEM
+        trajectory = build_trajectory([reply_turn(0, MAIN_SYSTEM, "a"), reply_turn(1, TITLE_SYSTEM, "b")])
+        assert [th.system for th in trajectory.threads] == [
+            thread_key(t.request) for t in trajectory.turns
+        ]
+
     def test_groups_turns_by_system_prompt(self) -> None:
         """Turns sharing a system prompt form one thread, in index order."""
         traj = build_trajectory(
@@ -210,3 +218,42 @@ class TestAbandonedTurns:
         title = Turn(0, request(TITLE_SYSTEM), None, abandoned=True)
         trajectory = build_trajectory([title])
         assert trajectory.reply is None and trajectory.reply_absent_reason == "no model call was made"
+
+
+class TestMcpBoundary:
+    """Calls that crossed the MCP boundary, and model requests that became attempts."""
+
+    def test_mcp_call_replaces_the_model_request_and_is_placed_after_its_turn(self) -> None:
+        from flowproof.mcp import McpCall
+        from flowproof.trajectory import MCP, MODEL, boundary_of
+
+        traj = build_trajectory(
+            [
+                tool_turn(0, MAIN_SYSTEM, ToolCall("search", "{}"), ToolCall("export", '{"n":1}')),
+                reply_turn(1, MAIN_SYSTEM, "exported"),
+            ],
+            mcp_calls=[McpCall("exports", "export", '{"n": 1}', answered=True, after_turns=1)],
+        )
+        assert [(c.name, boundary_of(c)) for c in traj.tool_calls] == [("search", MODEL), ("export", MCP)]
+        assert [c.name for c in traj.attempts] == ["export"]
+        assert [c.name for c in traj.requested] == ["search", "export"]
+        assert traj.tool_calls[1].arguments == {"n": 1}
+
+    def test_declared_mcp_tool_refused_by_the_agent_is_an_attempt_not_a_call(self) -> None:
+        """The model asked, the agent's code refused: no MCP call, so not called."""
+        traj = build_trajectory(
+            [tool_turn(0, MAIN_SYSTEM, ToolCall("export", "{}")), reply_turn(1, MAIN_SYSTEM, "no")],
+            mcp_tools={"export"},
+        )
+        assert traj.tool_calls == ()
+        assert [c.name for c in traj.attempts] == ["export"]
+        assert traj.mcp_tools == frozenset({"export"})
+
+    def test_mcp_calls_before_any_turn_and_after_the_last(self) -> None:
+        from flowproof.mcp import McpCall
+
+        traj = build_trajectory(
+            [reply_turn(0, MAIN_SYSTEM, "hi")],
+            mcp_calls=[McpCall("s", "a", "{}", False, 0), McpCall("s", "b", "{}", False, 1)],
+        )
+        assert [c.name for c in traj.tool_calls] == ["a", "b"]

@@ -158,7 +158,9 @@ class LiveCalls:
         if call.tap is not None:
             return response_from_stream(response.status_code, headers, call.tap, normalizer)
         content_type = response.headers.get("content-type", "")
-        return response_from_body(response.status_code, headers, content_type, content_of(response), normalizer)
+        return response_from_body(
+            response.status_code, headers, content_type, content_of(response), normalizer
+        )
 
     def error(self, flow: http.HTTPFlow) -> None:
         call = self.calls.pop(flow.id, None)

@@ -27,8 +27,10 @@ def replay_headers(recorded: RecordedResponse) -> dict[str, str]:
     headers = dict(recorded.headers)
     if "content-type" not in headers:
         headers["content-type"] = (
-            "text/event-stream" if recorded.events is not None
-            else "application/json" if recorded.body is not None
+            "text/event-stream"
+            if recorded.events is not None
+            else "application/json"
+            if recorded.body is not None
             else "text/plain"
         )
     return headers
@@ -60,7 +62,13 @@ class Replay:
                 # Telemetry and settings on model hosts: answered locally so replay needs no network.
                 flow.response = http.Response.make(
                     404,
-                    json.dumps({"error": {"message": "flowproof replay: not a model call, answered locally"}}),
+                    json.dumps(
+                        {
+                            "error": {
+                                "message": "flowproof replay: not a model call, answered locally"
+                            }
+                        }
+                    ),
                     JSON_HEADERS,
                 )
             else:
@@ -76,11 +84,18 @@ class Replay:
             text = divergence.render(shared.record_command())
             report = shared.config.report
             where = f"the flowproof report ({report})" if report else "the mitmproxy log"
-            message = f"flowproof replay diverged: {divergence.summary()}. The full report is in {where}."
+            message = (
+                f"flowproof replay diverged: {divergence.summary()}. The full report is in {where}."
+            )
             flow.response = http.Response.make(400, codec.error_body(400, message), JSON_HEADERS)
             shared.events.write(DivergenceEvent(flow.id, text, divergence.to_json()))
-            log.warning("request_unmatched", flow_id=flow.id, provider=codec.name,
-                        kind=divergence.kind, closest=divergence.closest_index)
+            log.warning(
+                "request_unmatched",
+                flow_id=flow.id,
+                provider=codec.name,
+                kind=divergence.kind,
+                closest=divergence.closest_index,
+            )
             return
         turn = decision.turn
         if turn.abandoned:

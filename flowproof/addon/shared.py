@@ -19,11 +19,20 @@ from flowproof.addon.options import AddonConfig
 from flowproof.commands import addon_record_command, record_command
 from flowproof.events import DoneEvent, ErrorEvent, RequestStartedEvent
 from flowproof.redact import redact_url
+from flowproof.mcp import McpExchange
 from flowproof.replay import Replayer
 from flowproof.request_key import PreparedRequest, prepare_request
 from flowproof.wire import Codec, detect, is_model_host, normalize_host
 
-__all__ = ["JSON_HEADERS", "Detected", "Shared", "config_record_command", "content_of", "log", "refuse_unhandled"]
+__all__ = [
+    "JSON_HEADERS",
+    "Detected",
+    "Shared",
+    "config_record_command",
+    "content_of",
+    "log",
+    "refuse_unhandled",
+]
 
 # structlog bound to a stdlib logger, so events reach mitmproxy's log handlers
 # without touching the process-wide structlog configuration.
@@ -73,6 +82,8 @@ class Shared:
         self.config = config or AddonConfig()
         self.replayer = replayer
         self.events = EventLog(self.config.report)
+        #: MCP exchanges recorded by the MCP concern, saved by `Record` beside the turns.
+        self.mcp_exchanges: list[McpExchange] = []
 
     def record_command(self) -> str:
         """The command that records this cassette (see `config_record_command`)."""
@@ -93,7 +104,9 @@ class Shared:
                 # codex tries Responses-over-WebSocket first; 426 makes it fall back to HTTP at once.
                 flow.response = http.Response.make(
                     426,
-                    json.dumps({"error": {"message": "flowproof: WebSocket is not supported, use HTTP"}}),
+                    json.dumps(
+                        {"error": {"message": "flowproof: WebSocket is not supported, use HTTP"}}
+                    ),
                     {**JSON_HEADERS, "connection": "close"},
                 )
                 log.info("websocket_refused", host=host, path=path)
@@ -110,7 +123,9 @@ class Shared:
         )
         if prepared.rewrite_error is not None:
             # The codec cannot read the body: forward it as sent; the hash then says what it is.
-            log.warning("tool_results_not_substituted", provider=codec.name, reason=prepared.rewrite_error)
+            log.warning(
+                "tool_results_not_substituted", provider=codec.name, reason=prepared.rewrite_error
+            )
         elif prepared.forwarded != raw:
             req.content = prepared.forwarded
         self.events.write(RequestStartedEvent(flow.id))
@@ -157,6 +172,8 @@ def refuse_unhandled(flow: http.HTTPFlow) -> None:
     """
     flow.response = http.Response.make(
         400,
-        json.dumps({"error": {"message": "flowproof could not handle this request; see its report"}}),
+        json.dumps(
+            {"error": {"message": "flowproof could not handle this request; see its report"}}
+        ),
         JSON_HEADERS,
     )

@@ -8,6 +8,7 @@ which client honours it.
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import sys
 import tempfile
@@ -15,7 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowproof.errors import FlowproofError
+import certifi
+
+from flowproof.errors import CAError
 from flowproof.wire.providers import PROVIDERS, base_url_vars, model_host_suffixes
 from flowproof.wire.providers import (
     model_hosts as _wire_model_hosts,  # `model_hosts` is a parameter below
@@ -37,9 +40,6 @@ PLACEHOLDER_KEY = "flowproof-replay-placeholder"
 #: Always direct: the agent keeps reaching its own local services (and base-URL listeners).
 LOCAL_NO_PROXY = ("localhost", "127.0.0.1", "::1")
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
-
-class CAError(FlowproofError):
-    """The flowproof CA directory cannot be created or read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +65,6 @@ def system_bundle() -> Path:
     for candidate in SYSTEM_BUNDLES:
         if candidate.is_file():
             return candidate
-    import certifi
-
     return Path(certifi.where())
 
 
@@ -83,8 +81,8 @@ def ensure_ca(confdir: Path, roots: Path | None = None) -> CAFiles:
         confdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(confdir, 0o700)
         if not (confdir / f"{CA_BASENAME}-ca.pem").exists():
-            # Imported lazily: mitmproxy.certs pulls in cryptography (~0.2 s) and is
-            # only needed the first time.
+            # Imported here: mitmproxy.certs pulls in cryptography, 0.14-0.26 s (python
+            # -X importtime, 3 runs), and only the first run on a machine creates the CA.
             from mitmproxy.certs import CertStore
 
             CertStore.create_store(confdir, CA_BASENAME, 2048)
@@ -197,7 +195,7 @@ def agent_env(
     reverse_urls: Mapping[str, str] | None = None,
     placeholder_keys: bool = False,
     model_hosts: Iterable[str] = (),
-    overrides: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
 ) -> dict[str, str]:
     """The environment for the agent process: ``base`` plus proxy, CA and routing variables.
 
@@ -244,7 +242,8 @@ def agent_env(
             url = (reverse_urls or {}).get(host)
             if url:
                 env[var.name] = url.rstrip("/") + var.suffix
-    env.update(overrides or {})
+    # The spec keeps agent.env as (name, value) pairs (frozen data); a caller may pass a dict.
+    env.update(overrides.items() if isinstance(overrides, Mapping) else (overrides or ()))
     if placeholder_keys:
         for name in placeholder_key_vars(env):
             env[name] = PLACEHOLDER_KEY
@@ -274,8 +273,6 @@ def interpreter_first_path(path: str | None, *, executable: str | None = None,
 
 def export_lines(env: Mapping[str, str], base: Mapping[str, str]) -> list[str]:
     """``export NAME=value`` lines (shell-quoted) for the variables ``env`` adds or changes."""
-    import shlex
-
     return [
         f"export {name}={shlex.quote(value)}"
         for name, value in sorted(env.items())

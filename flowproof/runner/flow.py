@@ -15,14 +15,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from flowproof.assertions import evaluate
 from flowproof.cassette import Cassette, load_cassette, turn_views
+from flowproof.cassette_check import check_cassette, error_turns
 from flowproof.commands import record_command
+from flowproof.compare import CompareResult
 from flowproof.errors import (
+    EXIT_AGENT,
     EXIT_OK,
     AgentError,
     CassetteError,
@@ -30,7 +34,7 @@ from flowproof.errors import (
     FlowproofError,
     Interrupted,
 )
-from flowproof.events import Event, TurnEvent, parse_events
+from flowproof.events import Event, McpRejectedEvent, TurnEvent, parse_events
 from flowproof.model import Turn
 from flowproof.runner.agents import AgentRun, run_command_agent, run_url_agent
 from flowproof.runner.env import (
@@ -40,17 +44,36 @@ from flowproof.runner.env import (
     ensure_ca,
     interpreter_first_path,
 )
-from flowproof.runner.proxy import ProxySettings, RunningProxy, start_proxy
+from flowproof.runner.lock import cassette_lock
+from flowproof.runner.mcp import (
+    agent_variables,
+    check_reachable,
+    plan_listeners,
+    proxy_args,
+    replay_environ,
+)
+from flowproof.runner.proxy import (
+    ProxySettings,
+    RunningProxy,
+    free_port,
+    scratch_prefix,
+    start_proxy,
+)
 from flowproof.runner.recording import Staging
 from flowproof.spec import FlowSpec, load_spec, resolve_variables
 from flowproof.spec.types import AgentSpec
-from flowproof.trajectory import build_trajectory
+from flowproof.guard import guard_evidence
+from flowproof.mcp import calls_from_events
+from flowproof.trajectory import MCP, boundary_of, build_trajectory
 from flowproof.verdict import StepResult, decide_exit
 from flowproof.wire.providers import reverse_hosts
 
 MODES = ("replay", "record", "compare")
 #: Reverse listeners opened for ``agent.route: base_url`` (one per upstream in the provider table).
 REVERSE_HOSTS = reverse_hosts()
+#: Staging files of the recordings in progress: a runner that must exit at once after a
+#: signal (a flow stuck where it cannot see the cancel) removes them on its way out.
+STAGED: set[Path] = set()
 
 
 class Cancel:
@@ -87,6 +110,8 @@ class RunOptions:
     proxy_timeout: float = 20.0
     #: Set by the CLI's signal handler: running flows stop at once (see `Cancel`).
     cancel: Cancel | None = None
+    #: Keep a recording whose turns hold an HTTP error status (the flow tests error handling).
+    allow_error_turns: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +138,16 @@ class FlowResult:
     heal_diff: str | None = None
     rejected: Path | None = None
     notes: tuple[str, ...] = ()
+    #: The evidence behind each assert_no_tool_call (`flowproof.guard.GuardEvidence.to_json`).
+    guards: tuple[dict[str, Any], ...] = ()
     startup_seconds: float | None = None
     duration: float = 0.0
     turns: int = 0
+    #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
+    compare: tuple[CompareResult, ...] = ()
     events: tuple[Event, ...] = field(default=(), compare=False, repr=False)
+    #: Why an exit-5 flow failed, for advice that fits: "timeout", "upstream", "crash" or None.
+    failure: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -154,7 +185,12 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
     if options.mode not in MODES:
         raise FlowproofError(f"unknown mode `{options.mode}` — use one of: {', '.join(MODES)}")
     environ = dict(os.environ if options.environ is None else options.environ)
-    spec = resolve_variables(load_spec(spec_path), environ)
+    raw_spec = load_spec(spec_path)
+    # An mcp: url variable left unset at replay gets a placeholder: replay dials no server.
+    replay_env = replay_environ(raw_spec, environ, options.mode)
+    placeholder_env = {k: v for k, v in replay_env.items() if k not in environ}
+    environ = replay_env
+    spec = resolve_variables(raw_spec, environ)
     cassette = options.cassette or spec.cassette
     mode = options.mode
     agent = spec.agent
@@ -181,16 +217,26 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             "fix `agent.cwd` in the spec"
         )
 
+    listeners = plan_listeners(raw_spec, spec, free_port)
+    if mode != "replay":
+        check_reachable(listeners)
+
     ca = ensure_ca(options.ca_dir or default_ca_dir(environ))
+    # One writer per cassette: held until the recording is kept or rejected (the staging
+    # path is shared too, so it is only touched under the lock).
+    held = ExitStack()
+    if mode == "record":
+        held.enter_context(cassette_lock(cassette))
     staging = Staging(cassette)
     target = staging.path if mode == "record" else cassette
     if mode == "record":
         staging.discard()
+        STAGED.add(staging.path)
     handler = options.compare_handler or spec.on_compare
     upstream = tuple(options.upstream)
     cancel = options.cancel
     try:
-        with tempfile.TemporaryDirectory(prefix="flowproof-run-") as scratch:
+        with tempfile.TemporaryDirectory(prefix=scratch_prefix("run")) as scratch:
             settings = ProxySettings(
                 mode=mode,
                 cassette=target,
@@ -207,6 +253,8 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 # Portable paths are the agent's: a HOME set in `agent.env` wins over the runner's.
                 home=dict(agent.env).get("HOME") or environ.get("HOME"),
                 cwd=agent.cwd if agent.cwd is not None else Path.cwd(),
+                extra_args=tuple(proxy_args(listeners, agent.route == "base_url")),
+                env=tuple(placeholder_env.items()),
             )
             proxy = start_proxy(settings, timeout=options.proxy_timeout)
             try:
@@ -214,8 +262,9 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 # No request reaches a real provider in replay, nor with a mapped upstream (a local
                 # model or gateway), so an SDK that insists on a key gets a placeholder there.
                 placeholders = mode == "replay" or bool(upstream)
+                agent_environ = {**environ, **agent_variables(listeners)}
                 run = _drive(
-                    proxy, spec.agent, prompts, environ, ca, placeholders, model_hosts, timeout,
+                    proxy, spec.agent, prompts, agent_environ, ca, placeholders, model_hosts, timeout,
                     cancelled=cancel.is_set if cancel is not None else None,
                 )
             finally:
@@ -235,12 +284,16 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             timeout=timeout,
             startup=proxy.startup_seconds,
             staging=staging,
+            cancel=cancel,
+            allow_error_turns=options.allow_error_turns or spec.allow_error_turns,
         )
     finally:
         # A verdict keeps or rejects the staging file; on any other way out (an agent
         # that could not start, an error, Ctrl-C) nothing may be left behind.
         if mode == "record":
             staging.discard()
+            STAGED.discard(staging.path)
+        held.close()
 
 
 def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: bool) -> Cassette:
@@ -248,6 +301,8 @@ def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: boo
     if required and not cassette.exists():
         raise CassetteNotFoundError(cassette, command)
     loaded = load_cassette(cassette, record_command=command)
+    # A cassette is checked whole before the proxy serves any of it (exit 2, turn and field).
+    check_cassette(loaded, cassette)
     if required and loaded.route != route:
         raise CassetteError(
             cassette,
@@ -319,16 +374,21 @@ def _verdict(
     timeout: float,
     startup: float,
     staging: Staging,
+    cancel: Cancel | None = None,
+    allow_error_turns: bool = False,
 ) -> FlowResult:
     checked: dict[str, Any] = {}
 
     def steps() -> tuple[StepResult, ...]:
         turns = trajectory_turns(events)
-        trajectory = build_trajectory(turns)
+        mcp_tools = {t.name for server in spec.mcp for t in server.tools}
+        mcp_calls = calls_from_events([e.to_json() for e in events])
+        trajectory = build_trajectory(turns, mcp_calls, mcp_tools)
         checked.update(
             reply=trajectory.reply,
-            tool_calls=tuple(c.name for c in trajectory.tool_calls),
+            tool_calls=tuple(_call_label(c) for c in trajectory.tool_calls),
             turns=len(turns),
+            guards=tuple(g.to_json() for g in guard_evidence(spec, trajectory)),
         )
         return tuple(
             StepResult(
@@ -355,19 +415,48 @@ def _verdict(
         missing=verdict.missing,
         errors=verdict.errors,
         error=verdict.error,
-        notes=verdict.notes,
+        notes=(*verdict.notes, *(e.text for e in events if isinstance(e, McpRejectedEvent))),
+        compare=verdict.compare,
         agent_stdout=run.stdout,
         agent_stderr=run.stderr,
         agent_returncode=run.returncode,
         startup_seconds=startup,
         events=tuple(events),
+        failure=verdict.failure,
         **checked,
     )
     if verdict.recording == "reject":
         return _with(result, rejected=staging.reject())
     if verdict.recording == "keep":
-        return _with(result, heal_diff=staging.keep(result.turns, existing))
+        if cancel is not None and cancel.is_set():
+            # A signal during the assertions: the verdict is moot and nothing may be recorded.
+            raise Interrupted(cancel.signum)
+        return _keep(result, staging, existing, allow_error_turns)
     return result
+
+
+def _call_label(call: Any) -> str:
+    """A trajectory call as reports list it: the name, marked when it crossed the MCP boundary."""
+    return f"{call.name} (mcp)" if boundary_of(call) == MCP else str(call.name)
+
+
+def _keep(result: FlowResult, staging: Staging, existing: Cassette | None,
+          allow_error_turns: bool) -> FlowResult:
+    """Keep a passing recording, unless it holds an HTTP error status the flow did not ask for:
+    an error turn is usually a flaky upstream, not the behaviour the flow means to pin."""
+    errors = error_turns(load_cassette(staging.path)) if staging.path.exists() else ()
+    if errors and not allow_error_turns:
+        return _with(
+            result, exit_code=EXIT_AGENT, failure="upstream", notes=(*result.notes, *errors),
+            error=f"{errors[0]}; a cassette with error turns is not kept — record again when "
+                  "the upstream is healthy, or pass --allow-error-turns (spec key "
+                  "`allow_error_turns: true`) if this flow tests error handling",
+            rejected=staging.reject(),
+        )
+    heal = staging.keep(result.turns, existing)
+    if errors:
+        heal = "\n".join([*errors, heal or ""]).strip()
+    return _with(result, heal_diff=heal, notes=(*result.notes, *errors))
 
 
 def _step_source(step: Any) -> str:

@@ -23,6 +23,7 @@ from flowproof.errors import (
     EXIT_OK,
     EXIT_USAGE,
 )
+from flowproof.compare import junit_cases, report_json, report_lines
 from flowproof.heal import readable_turns, short_text
 from flowproof.runner.flow import FlowResult
 
@@ -92,7 +93,7 @@ def next_step(result: FlowResult) -> str:
         )
     if code == EXIT_DRIFT:
         return (
-            "The live model no longer matches the recording: inspect the drift, then re-record with "
+            "The live run differs from the recording: inspect the first drift, then re-record with "
             f"{result.record_command} if the new behaviour is right (compare never writes)."
         )
     if code == EXIT_ASSERTION:
@@ -101,6 +102,14 @@ def next_step(result: FlowResult) -> str:
             return f"Nothing was recorded{kept}: fix the agent or the spec, then record again."
         return f"Fix the agent (or the spec at the ✗ lines), then run: flowproof-run {spec}"
     if code == EXIT_AGENT:
+        if result.failure == "timeout":
+            return ("The agent ran out of time: if it is just slow, raise `agent.timeout` in the "
+                    "spec or pass --timeout; if it hangs, run with -v to see its output.")
+        if result.failure == "upstream":
+            return ("The upstream model failed, not the agent: check the upstream (--upstream, the "
+                    "provider's status, rate limits), then run again.")
+        if result.failure == "crash":
+            return "The agent crashed: fix it using its output above, then run again."
         return "Fix the agent start-up (see the error and its output above), then run again."
     if code >= 128:
         return "flowproof-run was interrupted: nothing was recorded or checked; run it again."
@@ -119,6 +128,8 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
     for text in result.divergences:
         lines.append("  replay divergence:")
         lines.append(_indent(text))
+    if result.compare:
+        lines.append(_indent("\n".join(report_lines(result.compare)), "  "))
     for text in result.drifts:
         lines.append("  compare drift:")
         lines.append(_indent(text))
@@ -140,6 +151,10 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
                 lines.append(f"  reply: {result.reply[:300]!r}")
     for note in result.notes:
         lines.append(f"  note: {note}")
+    for guard in result.guards:
+        lines.append(f"  guard evidence: {_guard_line(guard)}")
+    for warning in guard_warnings(result):
+        lines.append(f"  warning: {warning}")
     if result.heal_diff is not None:
         lines.append("  heal diff (old cassette -> new recording):")
         lines.append(_indent(result.heal_diff or "no change"))
@@ -156,6 +171,19 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
     if verbose and result.startup_seconds is not None:
         lines.append(f"  proxy ready in {result.startup_seconds:.2f}s; flow took {result.duration:.2f}s")
     return "\n".join(lines)
+
+
+def _guard_line(guard: dict[str, Any]) -> str:
+    offered = "yes" if guard.get("offered") else "no"
+    return (
+        f"{guard.get('assertion')}: offered {offered}, asked {guard.get('asked')}, "
+        f"called {guard.get('called')} ({guard.get('boundary')} boundary)"
+    )
+
+
+def guard_warnings(result: FlowResult) -> list[str]:
+    """The guard evidence warnings of a flow (a passing guard with no recorded attempt)."""
+    return [str(g["warning"]) for g in result.guards if g.get("warning")]
 
 
 def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
@@ -192,6 +220,7 @@ def result_json(result: FlowResult) -> dict[str, Any]:
         ],
         "divergences": list(result.divergences),
         "drifts": list(result.drifts),
+        "compare": report_json(result.compare) if result.mode == "compare" else None,
         "missing": result.missing,
         "proxy_errors": list(result.errors),
         "reply": result.reply,
@@ -205,6 +234,8 @@ def result_json(result: FlowResult) -> dict[str, Any]:
             "stderr": _tail(result.agent_stderr, 200),
         },
         "notes": list(result.notes),
+        "guards": list(result.guards),
+        "warnings": guard_warnings(result),
         "proxy_startup_seconds": result.startup_seconds,
         "duration_seconds": round(result.duration, 3),
         "next": next_step(result),
@@ -224,14 +255,16 @@ def render_json(results: Sequence[FlowResult]) -> str:
 
 
 def junit_xml(results: Sequence[FlowResult]) -> str:
-    """JUnit XML: one testsuite, one testcase per flow."""
+    """JUnit XML: one testsuite, one testcase per flow, plus one per compare result."""
     failing = (EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT)
+    per_result = [c for r in results for c in junit_cases(r.compare)]
     failures = sum(1 for r in results if r.exit_code in failing)
+    failures += sum(1 for c in per_result if not c["passed"])
     errors = sum(1 for r in results if not r.passed and r.exit_code not in failing)
     suite = ET.Element(
         "testsuite",
         name="flowproof",
-        tests=str(len(results)),
+        tests=str(len(results) + len(per_result)),
         failures=str(failures),
         errors=str(errors),
         time=f"{sum(r.duration for r in results):.3f}",
@@ -244,14 +277,28 @@ def junit_xml(results: Sequence[FlowResult]) -> str:
             name=f"{r.name} [{r.mode}]",
             time=f"{r.duration:.3f}",
         )
+        warnings = guard_warnings(r)
+        if warnings:
+            # JUnit has no warning element: a property per warning, and the text in system-out.
+            props = ET.SubElement(case, "properties")
+            for warning in warnings:
+                ET.SubElement(props, "property", name="flowproof.warning", value=warning)
         if not r.passed:
             kind = "failure" if r.exit_code in failing else "error"
             node = ET.SubElement(case, kind, message=_verdict_name(r.exit_code), type=f"exit-{r.exit_code}")
             node.text = render_flow(r) + "\n" + next_step(r)
-        if r.agent_stdout:
-            ET.SubElement(case, "system-out").text = _tail(r.agent_stdout, 200)
+        out = "".join(f"warning: {w}\n" for w in warnings) + (_tail(r.agent_stdout, 200) if r.agent_stdout else "")
+        if out:
+            ET.SubElement(case, "system-out").text = out
         if r.agent_stderr:
             ET.SubElement(case, "system-err").text = _tail(r.agent_stderr, 200)
+        # Compare: one testcase per result, so CI shows which turn drifted.
+        for entry in junit_cases(r.compare):
+            sub = ET.SubElement(
+                suite, "testcase", classname=str(r.spec_path), name=f"{r.name} [compare] {entry['name']}"
+            )
+            if not entry["passed"]:
+                ET.SubElement(sub, "failure", message=entry["message"], type="drift").text = entry["text"]
     ET.indent(suite)
     # ElementTree escapes markup (<, &, quotes; `]]>` is harmless outside CDATA) but writes
     # control characters raw, which no XML parser accepts: they are made visible instead.

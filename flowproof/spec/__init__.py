@@ -9,8 +9,10 @@ docs/spec.md.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from flowproof.spec.clauses import parse_reply_line, parse_tool_line
-from flowproof.spec.loader import default_cassette_path, load_spec, parse_spec, volatile_refusal
 from flowproof.spec.paths import format_path, resolve_path, split_path
 from flowproof.spec.types import (
     AgentSpec,
@@ -26,7 +28,7 @@ from flowproof.spec.types import (
     ToolMock,
     VolatileRule,
 )
-from flowproof.spec.variables import find_variables, resolve_variables
+from flowproof.spec.variables import find_variables, resolve_variables, unresolved_problems
 
 __all__ = [
     "AgentSpec",
@@ -51,5 +53,20 @@ __all__ = [
     "resolve_path",
     "resolve_variables",
     "split_path",
+    "unresolved_problems",
     "volatile_refusal",
 ]
+
+
+#: Names served from `flowproof.spec.loader` on first use: the loader pulls in PyYAML, and a
+#: module that needs only the spec's types (normalize, the addon's hooks) should not pay for it.
+_LOADER_NAMES = ("default_cassette_path", "load_spec", "parse_spec", "volatile_refusal")
+
+if TYPE_CHECKING:
+    from flowproof.spec.loader import default_cassette_path, load_spec, parse_spec, volatile_refusal
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LOADER_NAMES:
+        return getattr(importlib.import_module("flowproof.spec.loader"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from flowproof.errors import SpecError, SpecProblem
+from flowproof.spec.patterns import compile_bounded
 from flowproof.spec.types import (
     Clause,
     FlowSpec,
@@ -38,6 +39,7 @@ __all__ = [
     "find_variables",
     "has_variables",
     "resolve_variables",
+    "unresolved_problems",
 ]
 
 # Alternation order matters: the escape must win over a reference at the same spot.
@@ -45,7 +47,11 @@ _TOKEN = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
 
 
 class VariableSyntaxError(ValueError):
-    """A ``${`` that is not a well-formed reference; ``offset`` is its index in the text."""
+    """A ``${`` that is not a well-formed reference; ``offset`` is its index in the text.
+
+    Internal to the spec package (not in flowproof/errors.py): the loader and the clause
+    parser catch it and turn it into a `SpecProblem` with the file position; no user sees it.
+    """
 
     def __init__(self, text: str, offset: int) -> None:
         self.offset = offset
@@ -144,11 +150,8 @@ class _Resolver:
         value = self.text(clause.value, clause.location)
         pattern = clause.pattern
         if clause.matcher is Matcher.MATCHES and self.environ is not None:
-            # Imported here: clauses imports this module for the ${ syntax check.
-            from flowproof.spec.clauses import compile_pattern
-
             try:
-                pattern = compile_pattern(value)
+                pattern = compile_bounded(value)
             except ValueError as e:
                 loc = clause.location
                 self.problems.append(
@@ -211,6 +214,15 @@ def resolve_variables(spec: FlowSpec, environ: Mapping[str, str]) -> FlowSpec:
     if resolver.problems:
         raise SpecError(resolver.problems)
     return resolved
+
+
+def unresolved_problems(spec: FlowSpec, environ: Mapping[str, str]) -> tuple[SpecProblem, ...]:
+    """What `resolve_variables` would refuse under ``environ`` (unset variables, patterns
+    that break once resolved), without raising: ``flowproof check`` prints these as
+    warnings so that it and ``flowproof-run`` agree on every ``${VAR}``."""
+    resolver = _Resolver(environ)
+    resolver.spec(spec)
+    return tuple(resolver.problems)
 
 
 def find_variables(spec: FlowSpec) -> set[str]:

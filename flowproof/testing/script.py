@@ -21,7 +21,12 @@ FINISH_REASONS = ("stop", "tool_calls", "length", "content_filter")
 
 
 class ScriptError(FlowproofError, ValueError):
-    """A fake-server script (a `Reply` or a script JSON file) is malformed."""
+    """A fake-server script (a `Reply` or a script JSON file) is malformed.
+
+    Defined here, not in flowproof/errors.py: it is part of the fake server's public API
+    (``from flowproof.testing import ScriptError``), and the fake server stays importable
+    and readable on its own as the independent oracle of the codecs (docs/testing.md).
+    """
 
     def __init__(self, where: str, reason: str) -> None:
         self.where = where

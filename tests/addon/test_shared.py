@@ -41,8 +41,16 @@ class TestDetect:
 
     def test_websocket_upgrade_to_a_model_host_is_refused(self):
         """A WebSocket upgrade to a model host gets a 426 and nothing else happens."""
-        flow = model_flow(b"", path=CHAT_PATH, method="GET", headers=[
-            (b"host", b"api.openai.com"), (b"upgrade", b"websocket"), (b"connection", b"upgrade")])
+        flow = model_flow(
+            b"",
+            path=CHAT_PATH,
+            method="GET",
+            headers=[
+                (b"host", b"api.openai.com"),
+                (b"upgrade", b"websocket"),
+                (b"connection", b"upgrade"),
+            ],
+        )
         assert Shared().detect(flow) is None
         assert flow.response is not None and flow.response.status_code == 426
 
@@ -50,7 +58,9 @@ class TestDetect:
 class TestMapUpstream:
     def test_mapped_host_is_rewritten_with_its_prefix(self):
         """A mapped host's request goes to the upstream URL, path prefix included."""
-        config = build_config({"upstream": ["api.openai.com=http://127.0.0.1:8123/base"]}, environ={})
+        config = build_config(
+            {"upstream": ["api.openai.com=http://127.0.0.1:8123/base"]}, environ={}
+        )
         flow = model_flow(chat_body())
         assert Shared(config).map_upstream(flow.request)
         assert flow.request.url == "http://127.0.0.1:8123/base" + CHAT_PATH

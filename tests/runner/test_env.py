@@ -72,7 +72,7 @@ class TestEnsureCa:
         """A CA dir that cannot be created raises CAError naming FLOWPROOF_CA_DIR."""
         blocker = tmp_path / "file"
         blocker.write_text("x")
-        from flowproof.runner.env import CAError
+        from flowproof.errors import CAError
 
         with pytest.raises(CAError, match="FLOWPROOF_CA_DIR"):
             ensure_ca(blocker / "ca")

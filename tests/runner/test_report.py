@@ -7,7 +7,9 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from flowproof.cassette import loads_cassette
-from flowproof.errors import EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_OK
+from flowproof.compare import compare_responses, missing_result
+from flowproof.errors import EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK
+from flowproof.model import FinishReason, ResponseView, ToolCall
 from flowproof.runner.flow import FlowResult
 from flowproof.runner.report import (
     junit_xml,
@@ -73,6 +75,56 @@ class TestMachine:
         cases = root.findall("testcase")
         assert cases[0].find("failure") is None
         assert cases[1].find("failure") is not None
+
+
+def compare_run():
+    """A compare flow: two equal turns, a changed argument, a reworded reply, a missing turn."""
+    def book(flight: str) -> ResponseView:
+        return ResponseView("", (ToolCall("book", f'{{"flight":"{flight}"}}'),), FinishReason.TOOL_CALLS)
+
+    said = ResponseView("Booked.", (), FinishReason.STOP)
+    results = (
+        compare_responses(said, said, turn=0, live_call=0, thread=1, depth=2),
+        compare_responses(book("KQ311"), book("KQ999"), turn=1, live_call=1, thread=0, depth=2),
+        compare_responses(said, ResponseView("Done!", (), FinishReason.STOP), turn=2, live_call=2,
+                          thread=0, depth=4),
+        missing_result(said, turn=3, thread=0, depth=6, reason="no live call reached this place"),
+    )
+    return result(EXIT_DRIFT, mode="compare", compare=results)
+
+
+class TestCompareReport:
+    def test_text_lists_every_result_and_details_the_first_drift_only(self) -> None:
+        """Every result has a row with text.status; the first drift is detailed, later ones counted."""
+        text = render_text([compare_run()])
+        assert "compare: 4 result(s), 1 equal, 3 drifted (2 changed, 0 extra, 1 missing)" in text
+        assert "turn 0 | thread 1 | depth 2 | equal true | finish reason stop | text exact" in text
+        assert "turn 3 | thread 0 | depth 6 | equal false (missing)" in text
+        assert "- tool_calls.0.arguments.flight: recorded KQ311, live KQ999" in text
+        assert "Done!" not in text  # the second drift is counted, not explained
+        assert "2 later drift(s)" in text
+        assert "replayed" not in text and "fewer model calls" not in text
+
+    def test_json_carries_structured_results(self) -> None:
+        """--json has the compare results as data, with text.status on each."""
+        flow = json.loads(render_json([compare_run()]))["flows"][0]
+        assert flow["compare"]["first_drift"] == 1
+        assert [r["text"]["status"] for r in flow["compare"]["results"]] == [
+            "exact", "exact", "different", None,
+        ]
+        assert flow["compare"]["results"][1]["differences"] == [
+            {"path": "tool_calls.0.arguments.flight", "recorded": "KQ311", "live": "KQ999"}
+        ]
+        assert json.loads(render_json([result()]))["flows"][0]["compare"] is None
+
+    def test_junit_has_a_case_per_result(self) -> None:
+        """--junit adds one testcase per compare result; drifted ones are failures."""
+        suite = ET.fromstring(junit_xml([compare_run()]))
+        assert suite.get("tests") == "5" and suite.get("failures") == "4"
+        names = [c.get("name") for c in suite.iter("testcase")]
+        assert "Booking [compare] turn 1 (thread 0, depth 2) [paired]" in names
+        failure = suite.find("testcase[@name='Booking [compare] turn 1 (thread 0, depth 2) [paired]']/failure")
+        assert failure is not None and "recorded KQ311, live KQ999" in (failure.text or "")
 
 
 class TestShow:

@@ -427,7 +427,7 @@ class TestParseEvents:
     def test_matches_the_sdk_accumulator(self) -> None:
         """The golden tool stream assembles to the same text and input as the SDK's accumulator."""
         # A private SDK helper: the same code the SDK's MessageStream runs on every event.
-        streaming = pytest.importorskip("anthropic.lib.streaming._messages")
+        import anthropic.lib.streaming._messages as streaming  # a test dependency: never skipped
         events = parse_sse((DATA / "tool_use_stream.response.sse").read_bytes())
         snapshot = None
         json_bufs: dict[int, bytes] = {}

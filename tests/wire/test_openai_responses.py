@@ -4,7 +4,7 @@ Golden streams (tests/wire/data/openai_responses) follow the OpenAI API referenc
 Responses streaming events (https://platform.openai.com/docs/api-reference/responses-streaming)
 and the shape of a recorded o3 stream (reasoning item, function_call_arguments deltas
 carrying ``obfuscation``, response.completed holding the final response); one stream
-has no ``event:`` lines, as the mock in AGENTS.md Q2 sent and every client parsed.
+has no ``event:`` lines, as every measured client parsed (docs/design.md#sse-framing).
 Ids and values are our own.
 """
 
@@ -389,9 +389,9 @@ class TestSDKAgreement:
     @pytest.mark.parametrize("case", ["function_calls", "text_no_event_lines"])
     def test_sdk_reads_the_same_stream(self, golden, case: str) -> None:
         """The openai SDK's Responses stream parser finds the same text and calls in the golden bytes."""
-        openai = pytest.importorskip("openai")
-        # openai>=3 is built on httpx2 (AGENTS.md); its MockTransport answers without a socket.
-        httpx2 = pytest.importorskip("httpx2")
+        import openai  # test dependencies (pyproject.toml): an import failure is a broken setup
+        # openai>=3 is built on httpx2 (docs/design.md#openai-python); its MockTransport answers without a socket.
+        import httpx2
         data = golden.bytes(f"{case}.response.sse")
 
         def handler(request):
