@@ -29,12 +29,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
+from urllib.parse import urlsplit
 
 from flowproof.commands import GENERIC_RECORD_COMMAND
-from flowproof.errors import CassetteError, CassetteNotFoundError
+from flowproof.errors import CassetteError, CassetteNotFoundError, WireError
 from flowproof.mcp import McpExchange, exchange_from_json, exchange_to_json
 from flowproof.model import FinishReason, ResponseView, Turn
-from flowproof.wire import Codec, codec_by_name
+from flowproof.wire import Codec, codec_by_name, with_path_fields
 from flowproof.wire.sse import SSEEvent, canonical_raw, encode_events
 
 __all__ = [
@@ -49,8 +50,10 @@ __all__ = [
     "loads_cassette",
     "save_cassette",
     "turn_from_json",
+    "turn_path_fields",
     "turn_to_json",
     "turn_views",
+    "url_path",
 ]
 
 #: The newest cassette format this flowproof reads and the one it writes.
@@ -121,12 +124,19 @@ class RecordedResponse:
 
 @dataclass(frozen=True, slots=True)
 class RecordedTurn:
-    """One recorded model call. ``provider`` is the wire codec's name (``openai-chat`` …)."""
+    """One recorded model call. ``provider`` is the wire codec's name (``openai-chat`` …).
+
+    An ``abandoned`` turn is a call the client gave up on before the response's
+    terminal event (docs/cassette.md): ``response`` holds what reached the client —
+    the status, headers and the events that arrived — or is None when nothing did.
+    A complete turn always has a response.
+    """
 
     index: int
     provider: str
     request: RecordedRequest
-    response: RecordedResponse
+    response: RecordedResponse | None
+    abandoned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,10 +170,9 @@ def _event_to_json(e: SSEEvent) -> dict[str, Any]:
     return out
 
 
-def turn_to_json(t: RecordedTurn) -> dict[str, Any]:
-    """One turn as the JSON object the cassette (and the addon's event log) stores."""
-    req = t.request
-    resp = t.response
+def _response_to_json(resp: RecordedResponse | None) -> dict[str, Any] | None:
+    if resp is None:
+        return None
     response: dict[str, Any] = {"status": resp.status, "headers": dict(resp.headers)}
     if resp.events is not None:
         response["events"] = [_event_to_json(e) for e in resp.events]
@@ -171,9 +180,20 @@ def turn_to_json(t: RecordedTurn) -> dict[str, Any]:
         response["body"] = resp.body
     elif resp.text is not None:
         response["text"] = resp.text
+    return response
+
+
+def turn_to_json(t: RecordedTurn) -> dict[str, Any]:
+    """One turn as the JSON object the cassette (and the addon's event log) stores.
+
+    ``abandoned`` is written only when true, so a complete turn reads as before.
+    """
+    req = t.request
+    head: dict[str, Any] = {"index": t.index, "provider": t.provider}
+    if t.abandoned:
+        head["abandoned"] = True
     return {
-        "index": t.index,
-        "provider": t.provider,
+        **head,
         "request": {
             "method": req.method,
             "url": req.url,
@@ -181,7 +201,7 @@ def turn_to_json(t: RecordedTurn) -> dict[str, Any]:
             "body_sha256": req.body_sha256,
             "body": req.body,
         },
-        "response": response,
+        "response": _response_to_json(t.response),
     }
 
 
@@ -289,6 +309,12 @@ class _Reader:
             body_sha256=self.field(req, "body_sha256", str, rw),
             body=req["body"],
         )
+        abandoned = obj.get("abandoned", False)
+        if not isinstance(abandoned, bool):
+            raise self.fail(where, f"field 'abandoned' should be true or false, not {_json_type(abandoned)}")
+        if abandoned and obj.get("response", {}) is None:
+            # Nothing reached the client before it gave up.
+            return RecordedTurn(index, provider, request, None, abandoned=True)
         resp = self.field(obj, "response", dict, where)
         sw = f"{where} response"
         present = [k for k in ("events", "body", "text") if k in resp]
@@ -309,7 +335,9 @@ class _Reader:
             events=events,
             text=text,
         )
-        return RecordedTurn(index=index, provider=provider, request=request, response=response)
+        return RecordedTurn(
+            index=index, provider=provider, request=request, response=response, abandoned=abandoned
+        )
 
     def cassette(self, doc: Any) -> Cassette:
         if not isinstance(doc, dict):
@@ -488,7 +516,35 @@ def turn_views(turn: RecordedTurn) -> Turn:
     request = codec.parse_request(
         json.dumps(turn.request.body, **_COMPACT).encode("utf-8", "surrogatepass")
     )
-    resp = turn.response
+    request = with_path_fields(request, codec.path_fields(url_path(turn.request.url)))
+    if not turn.abandoned:
+        return Turn(index=turn.index, request=request, response=_response_view(codec, turn.response))
+    try:
+        # What arrived of an abandoned call is shown when it reads; it is never judged.
+        response = _response_view(codec, turn.response)
+    except WireError:
+        response = None
+    return Turn(index=turn.index, request=request, response=response, abandoned=True)
+
+
+def url_path(url: str) -> str:
+    """The path of a recorded request's URL (no query)."""
+    return urlsplit(url).path
+
+
+def turn_path_fields(turn: RecordedTurn) -> dict[str, str]:
+    """The request fields a recorded turn's URL path names (`Codec.path_fields`); empty for a
+    provider this flowproof does not know (matching then rests on the body alone)."""
+    try:
+        codec = codec_by_name(turn.provider)
+    except WireError:
+        return {}
+    return codec.path_fields(url_path(turn.request.url))
+
+
+def _response_view(codec: Codec, resp: RecordedResponse | None) -> ResponseView | None:
+    if resp is None:
+        return None
     response: ResponseView
     if resp.status >= 400:
         response = ResponseView(
@@ -501,4 +557,4 @@ def turn_views(turn: RecordedTurn) -> Turn:
         response = codec.parse_events(resp.events)
     else:
         response = codec.parse_response(resp.content())
-    return Turn(index=turn.index, request=request, response=response)
+    return response

@@ -53,6 +53,8 @@ def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
 def _turn_strings(turn: RecordedTurn, where: str) -> Iterator[tuple[str, str]]:
     yield from _strings(turn.request.body, f"{where} request body")
     response = turn.response
+    if response is None:  # an abandoned call that got nothing back
+        return
     if response.events is not None:
         for i, event in enumerate(response.events):
             yield f"{where} response event {i} data", event.data
@@ -70,7 +72,8 @@ def check_cassette(cassette: Cassette, path: Path | str) -> None:
             byte = _bad_byte(text)
             if byte is not None:
                 raise CassetteError(path, f"{field} is not UTF-8 (byte 0x{byte:02x})", _HINT)
-        for i, event in enumerate(turn.response.events or ()):
+        events = turn.response.events if turn.response is not None else None
+        for i, event in enumerate(events or ()):
             if event.data.strip() in _NON_JSON_DATA:
                 continue
             try:
@@ -93,5 +96,5 @@ def error_turns(cassette: Cassette) -> tuple[str, ...]:
     return tuple(
         f"turn {turn.index} recorded an HTTP {turn.response.status} from the upstream"
         for turn in cassette.turns
-        if turn.response.status >= 400
+        if turn.response is not None and turn.response.status >= 400
     )

@@ -15,7 +15,7 @@ Pure: plain data in, a `Divergence` out.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -286,6 +286,13 @@ def _leaf_changes(recorded: Any, replayed: Any) -> list[tuple[list[Any], Any, An
             segments = level.path(output_format="list")
             t1 = ABSENT if level.t1 is notpresent else level.t1
             t2 = ABSENT if level.t2 is notpresent else level.t2
+            replayed_at = level.path(output_format="list", use_t2=True)
+            if t1 is not ABSENT and t2 is not ABSENT and replayed_at != segments:
+                # deepdiff aligned the lists and paired items at different indices; one path
+                # cannot name both, so say it as it reads on each side: removed here, added there.
+                out.append((list(segments), t1, ABSENT))
+                out.append((list(replayed_at), ABSENT, t2))
+                continue
             out.append((list(segments), t1, t2))
     # deepdiff groups by report type; the report reads in body order instead.
     out.sort(key=lambda c: _sort_key(c[0]))
@@ -398,6 +405,15 @@ def _per_run_hint(fields: Sequence[FieldChange]) -> str | None:
     )
 
 
+def _path_field_changes(recorded: Mapping[str, str], replayed: Mapping[str, str]) -> list[FieldChange]:
+    """The fields named in the URL path that differ, as field changes (path = the field name)."""
+    return [
+        FieldChange(name, recorded.get(name, ABSENT), replayed.get(name, ABSENT))
+        for name in sorted({*recorded, *replayed})
+        if recorded.get(name) != replayed.get(name)
+    ]
+
+
 def explain_miss(
     body: Any,
     view: RequestView | None,
@@ -405,10 +421,15 @@ def explain_miss(
     consumed: Collection[int],
     views: Callable[[RecordedTurn], RequestView | None] | None = None,
     request_number: int | None = None,
+    path_fields: Mapping[str, str] | None = None,
+    recorded_path_fields: Callable[[RecordedTurn], Mapping[str, str]] | None = None,
 ) -> Divergence:
     """Explain why a request (parsed ``body``, its ``view``) matched no recorded turn.
 
     ``consumed`` holds the positions in ``cassette.turns`` already served.
+    ``path_fields`` are the fields the request's URL path names (Gemini's model) and
+    ``recorded_path_fields`` gives a recorded turn's; a difference there is reported
+    like a body field (or by the envelope, for the model).
     The candidate is the earliest unconsumed turn of the same conversation (the
     same system prompt as ``view.system``, recorded views from ``views``), else the
     earliest unconsumed turn; when none is left the request is an extra call.
@@ -435,7 +456,9 @@ def explain_miss(
     envelope: list[str] = []
     if view is not None and candidate_view is not None:
         envelope = envelope_changes(candidate_view, view)
-    fields = diff_fields(candidate.request.body, body)
+    fields = _path_field_changes(
+        recorded_path_fields(candidate) if recorded_path_fields is not None else {}, path_fields or {}
+    ) + diff_fields(candidate.request.body, body)
     if any(e.startswith("model:") for e in envelope):
         # The envelope already said it, in the same words.
         fields = [f for f in fields if f.path != "model"]

@@ -567,7 +567,10 @@ def calls_from_events(events: Sequence[Mapping[str, Any]]) -> list[McpCall]:
     for event in events:
         kind = event.get("event")
         if kind == "turn":
-            turns += 1
+            turn = event.get("turn")
+            # An abandoned call is no model turn of the trajectory (docs/cassette.md).
+            if not (isinstance(turn, dict) and turn.get("abandoned")):
+                turns += 1
         elif kind == "mcp_call" and isinstance(event.get("name"), str):
             out.append(
                 McpCall(

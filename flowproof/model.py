@@ -120,8 +120,11 @@ class Turn:
     """One model call: the request and (unless the call failed) the response.
 
     ``index`` is the turn's position in the recording (the order calls completed in).
+    An ``abandoned`` turn is a call the client gave up on before its response ended:
+    ``response`` is what arrived, if it reads, and the trajectory never counts it.
     """
 
     index: int
     request: RequestView
     response: ResponseView | None
+    abandoned: bool = False

@@ -7,11 +7,15 @@ gets back the turn it logs and stores.
 
 A stream is tapped, not buffered: each chunk goes on to the client unchanged
 while a copy feeds an `SSEDecoder` (`StreamTap.feed`). The tap keeps every
-event and whether the stream reached its end (`StreamTap.ended`), so a caller
-can tell a call that completed from one the client abandoned midway; today
-both are assembled the same way, from the events seen. (The adapter's
-``error`` hook still holds the `PendingCall` and its tap when a client resets a
-stream, so an abandoned call can be assembled there from ``tap.events``.)
+event and whether one of them was the API's terminal event (`StreamTap.complete`,
+from `Codec.is_terminal_event`).
+
+A call is complete when its response carried the terminal event, or, not
+streamed, its whole body (docs/design.md, "Complete and abandoned calls"). A
+client that leaves after that point is normal: `PendingCall.left_turn` gives the
+complete turn. A client that leaves before it abandoned the call:
+`PendingCall.left_turn` gives an abandoned turn with what reached the client
+(the status, headers and events; nothing when no response had started).
 
 Pure: no I/O, no mitmproxy.
 """
@@ -52,25 +56,36 @@ class StreamTap:
 
     `feed` is called with every chunk and once with ``b""`` at the end of the
     stream (mitmproxy's ``flow.response.stream`` contract); it returns the chunk
-    unchanged. ``ended`` is True once that end was seen.
+    unchanged. ``ended`` is True once that end was seen; ``complete`` once an
+    event was ``codec``'s terminal event (without a codec: once the body ended).
     """
 
+    codec: Codec | None = None
     decoder: SSEDecoder = field(default_factory=SSEDecoder)
     events: list[SSEEvent] = field(default_factory=list)
     ended: bool = False
+    complete: bool = False
 
     def feed(self, chunk: bytes) -> bytes:
         """Decode a copy of ``chunk`` (``b""``: the stream ended) and pass it on unchanged."""
         if chunk:
-            self.events.extend(self.decoder.feed(chunk))
+            self._add(self.decoder.feed(chunk))
         else:
             self.finish()
         return chunk
 
+    def _add(self, events: list[SSEEvent]) -> None:
+        codec = self.codec
+        if codec is not None and not self.complete:
+            self.complete = any(codec.is_terminal_event(e) for e in events)
+        self.events.extend(events)
+
     def finish(self) -> tuple[SSEEvent, ...]:
         """Flush the decoder (idempotent) and return every event seen."""
-        self.events.extend(self.decoder.close())
+        self._add(self.decoder.close())
         self.ended = True
+        if self.codec is None:
+            self.complete = True
         return tuple(self.events)
 
 
@@ -81,6 +96,9 @@ class PendingCall:
     codec: Codec
     request: RecordedRequest
     tap: StreamTap | None = None
+    #: The response status and headers once they arrived (`response_started`).
+    status: int | None = None
+    headers: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def start(
@@ -92,10 +110,20 @@ class PendingCall:
         )
         return cls(codec, request)
 
+    def response_started(self, status: int, headers: Headers) -> None:
+        """The response's status and headers arrived (they are what a client saw first)."""
+        self.status = status
+        self.headers = tuple(headers)
+
     def tap_stream(self) -> StreamTap:
         """Start tapping the response stream (its content type said SSE)."""
-        self.tap = StreamTap()
+        self.tap = StreamTap(self.codec)
         return self.tap
+
+    @property
+    def complete(self) -> bool:
+        """True once the streamed response carried the API's terminal event."""
+        return self.tap is not None and self.tap.complete
 
     def turn(self, index: int, response: RecordedResponse) -> RecordedTurn:
         """The completed call as turn ``index``."""
@@ -103,12 +131,33 @@ class PendingCall:
             index=index, provider=self.codec.name, request=self.request, response=response
         )
 
+    def left_turn(self, index: int, normalizer: Normalizer) -> RecordedTurn:
+        """Turn ``index`` for a call whose client left (closed, reset, or the agent exited)
+        before the response body ended: complete when the terminal event had arrived, else
+        abandoned with what reached the client."""
+        tap = self.tap
+        if tap is not None and self.status is not None and self.complete:
+            return self.turn(index, response_from_stream(self.status, self.headers, tap, normalizer))
+        response: RecordedResponse | None = None
+        if tap is not None and self.status is not None:
+            # The complete events only: a half-received last event is not flushed into a whole one.
+            response = _stream_response(self.status, self.headers, tuple(tap.events), normalizer)
+        # A buffered (not streamed) response reaches the client only whole: nothing did.
+        return RecordedTurn(
+            index=index, provider=self.codec.name, request=self.request, response=response, abandoned=True
+        )
+
 
 def response_from_stream(
     status: int, headers: Headers, tap: StreamTap, normalizer: Normalizer
 ) -> RecordedResponse:
     """The recorded form of a tapped SSE response (paths made portable)."""
-    events = tap.finish()
+    return _stream_response(status, headers, tap.finish(), normalizer)
+
+
+def _stream_response(
+    status: int, headers: Headers, events: tuple[SSEEvent, ...], normalizer: Normalizer
+) -> RecordedResponse:
     if not normalizer.is_identity:
         data = encode_events(events)
         portable = normalizer.portable(data)

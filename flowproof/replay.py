@@ -3,12 +3,15 @@
 Rules (docs/design.md#matching):
 
 - The key is the sha256 of the request body after tool-result substitution and
-  normalization; headers are not matched.
+  normalization, plus the fields the API names in the URL path (Gemini's
+  model; `flowproof.request_key.match_key`); headers are not matched.
 - Every recorded turn is served exactly once. Among unconsumed turns with the
   same body the earliest wins, so concurrent calls may arrive in any order and a
   sequential agent still maps turn K to turn K.
 - The first request that matches nothing fails the replay; every later request
   is refused without being matched (fail fast: no searching past a divergence).
+- An abandoned turn (the client gave up on it at record) is served like any
+  other when it is requested again, and never reported missing when it is not.
 
 Pure and O(1) per request: a dict from hash to a deque of turn positions.
 
@@ -22,14 +25,15 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flowproof.cassette import Cassette, RecordedTurn
+from flowproof.cassette import Cassette, RecordedTurn, turn_path_fields
 from flowproof.divergence import Divergence, explain_miss
 from flowproof.model import RequestView
-from flowproof.wire import codec_by_name
+from flowproof.request_key import match_key
+from flowproof.wire import codec_by_name, with_path_fields
 
 __all__ = ["Miss", "Replay", "Replayer", "ViewOf", "route_mismatch"]
 
@@ -77,12 +81,15 @@ class Replayer:
         self.cassette = cassette
         self._view_of = view_of
         self._lock = threading.Lock()
-        #: body sha256 -> positions in ``cassette.turns`` not yet served, in recorded order.
+        #: match key (`match_key`) -> positions in ``cassette.turns`` not yet served, in recorded order.
         self.index: dict[str, deque[int]] = {}
-        # Every position per hash, kept to explain an extra call after all are served.
+        # Every position per key, kept to explain an extra call after all are served.
         self._all: dict[str, list[int]] = {}
+        #: The path fields of each recorded turn, by position (for the divergence report).
+        self._path_fields: list[dict[str, str]] = []
         for pos, turn in enumerate(cassette.turns):
-            key = turn.request.body_sha256
+            self._path_fields.append(turn_path_fields(turn))
+            key = match_key(turn.request.body_sha256, self._path_fields[pos])
             self.index.setdefault(key, deque()).append(pos)
             self._all.setdefault(key, []).append(pos)
         self._consumed: set[int] = set()
@@ -107,11 +114,16 @@ class Replayer:
         with self._lock:
             return self._failed_at
 
-    def decide(self, provider: str, body_sha256: str, body: Any) -> Replay | Miss:
-        """Match one request: the earliest unconsumed turn with this body hash, or a `Miss`.
+    def decide(
+        self, provider: str, body_sha256: str, body: Any, path_fields: Mapping[str, str] | None = None
+    ) -> Replay | Miss:
+        """Match one request: the earliest unconsumed turn with this body hash and these path
+        fields (`Codec.path_fields` of the request's URL path), or a `Miss`.
 
         ``body`` (the parsed normalized body) is only read to explain a miss.
         """
+        fields = dict(path_fields or {})
+        key = match_key(body_sha256, fields)
         with self._lock:
             self._requests += 1
             number = self._requests
@@ -124,14 +136,14 @@ class Replayer:
                         note=f"the replay already diverged at request {self._failed_at}",
                     )
                 )
-            queue = self.index.get(body_sha256)
+            queue = self.index.get(key)
             if queue:
                 pos = queue.popleft()
                 self._consumed.add(pos)
                 return Replay(self.cassette.turns[pos])
             self._failed_at = number
             if queue is not None:
-                last = self.cassette.turns[self._all[body_sha256][-1]]
+                last = self.cassette.turns[self._all[key][-1]]
                 return Miss(
                     Divergence(
                         kind="extra",
@@ -146,24 +158,40 @@ class Replayer:
             consumed = frozenset(self._consumed)
         # The explanation (views, deepdiff) runs outside the lock: the replay has
         # already failed, and other connections only need the cheap refusal above.
-        return Miss(self._explain(provider, body, consumed, number))
+        return Miss(self._explain(provider, body, fields, consumed, number))
 
     def _explain(
-        self, provider: str, body: Any, consumed: frozenset[int], number: int
+        self, provider: str, body: Any, fields: dict[str, str], consumed: frozenset[int], number: int
     ) -> Divergence:
         view_of = self._view_of
         view = view_of(provider, body) if view_of is not None else None
+        if view is not None:
+            view = with_path_fields(view, fields)
+        positions = {id(t): pos for pos, t in enumerate(self.cassette.turns)}
+
+        def recorded_fields(turn: RecordedTurn) -> dict[str, str]:
+            pos = positions.get(id(turn))
+            return self._path_fields[pos] if pos is not None else turn_path_fields(turn)
 
         def views(turn: RecordedTurn) -> RequestView | None:
-            return view_of(turn.provider, turn.request.body) if view_of is not None else None
+            if view_of is None:
+                return None
+            recorded = view_of(turn.provider, turn.request.body)
+            return with_path_fields(recorded, recorded_fields(turn)) if recorded is not None else None
 
-        return explain_miss(body, view, self.cassette, consumed, views, request_number=number)
+        return explain_miss(
+            body, view, self.cassette, consumed, views, request_number=number,
+            path_fields=fields, recorded_path_fields=recorded_fields,
+        )
 
     def unconsumed(self) -> list[RecordedTurn]:
-        """The recorded turns never served, in recorded order."""
+        """The recorded turns never served, in recorded order; abandoned turns are left out:
+        the agent gave up on them at record, so not asking again is no missing call."""
         with self._lock:
             consumed = set(self._consumed)
-        return [t for pos, t in enumerate(self.cassette.turns) if pos not in consumed]
+        return [
+            t for pos, t in enumerate(self.cassette.turns) if pos not in consumed and not t.abandoned
+        ]
 
     def missing_divergence(self) -> Divergence | None:
         """The unserved turns as a "missing" divergence (calls the agent never made), or None."""

@@ -6,6 +6,11 @@ flow is about, a tie goes to the thread carrying the most request text. A side
 conversation (a concurrent title-generation call with its own system prompt)
 can therefore land before or after the main turns without changing the reply.
 
+An abandoned turn (the client gave up on the call before its response ended)
+is not part of what the agent did with the model: it is kept aside in
+``Trajectory.abandoned`` and counts for neither the threads, the tool calls nor
+the reply.
+
 Tool calls come from two boundaries (docs/mcp.md). At the model boundary a call
 is what the model's response asked for. At the MCP boundary a call is a
 ``tools/call`` request the agent sent to an MCP server (`flowproof.mcp.McpCall`),
@@ -94,6 +99,8 @@ class Trajectory:
     tool_calls: tuple[ToolCall, ...]
     reply: str | None
     reply_absent_reason: str | None = None
+    #: Calls the client abandoned, in index order: never counted (see the module docstring).
+    abandoned: tuple[Turn, ...] = ()
     requested: tuple[ToolCall, ...] = ()
     attempts: tuple[ToolCall, ...] = ()
     mcp_tools: frozenset[str] = frozenset()
@@ -118,7 +125,8 @@ def build_trajectory(
     >>> build_trajectory([]).reply is None
     True
     """
-    ordered = tuple(sorted(turns, key=lambda t: t.index))
+    every = tuple(sorted(turns, key=lambda t: t.index))
+    ordered = tuple(t for t in every if not t.abandoned)
     threads = _group_threads(ordered)
     main = _pick_main(threads)
     over_mcp = frozenset(mcp_tools) | {c.name for c in mcp_calls}
@@ -139,6 +147,7 @@ def build_trajectory(
         tool_calls=tuple(tool_calls),
         reply=reply,
         reply_absent_reason=reason,
+        abandoned=tuple(t for t in every if t.abandoned),
         requested=tuple(requested),
         attempts=tuple(c for c in requested if c.name in over_mcp),
         mcp_tools=over_mcp,

@@ -42,6 +42,7 @@ from flowproof.events import (
     ErrorEvent,
     Event,
     TlsFailedEvent,
+    TurnEvent,
 )
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "RecordingFate",
     "StepResult",
     "Verdict",
+    "abandoned_notes",
     "agent_error",
     "compare_results",
     "decide_exit",
@@ -143,6 +145,17 @@ def missing_text(events: Sequence[Event], existing: Cassette | None) -> str | No
     return "\n".join(lines)
 
 
+def abandoned_notes(events: Sequence[Event]) -> list[str]:
+    """One note per call the agent abandoned at record: never a failure by itself, but worth
+    knowing (docs/cassette.md, "Abandoned turns")."""
+    return [
+        f"turn {e.turn.index} ({e.turn.provider}) was abandoned by the agent before its answer "
+        "ended; it is recorded as abandoned and counts for neither the reply nor the tool calls"
+        for e in events
+        if isinstance(e, TurnEvent) and e.turn.abandoned
+    ]
+
+
 def agent_error(run: AgentOutcome, timeout: float, tls: Sequence[str]) -> str | None:
     """Why the agent run failed (a timeout, a non-zero exit), naming a TLS failure as the
     likely cause; None when it finished cleanly."""
@@ -198,7 +211,7 @@ def decide_exit(
     errors = tuple(e.text for e in events if isinstance(e, ErrorEvent)) + unreadable
     tls = tuple(e.text for e in events if isinstance(e, TlsFailedEvent))
     missing = missing_text(events, existing) if mode == "replay" else None
-    notes: list[str] = []
+    notes: list[str] = abandoned_notes(events) if mode == "record" else []
     base = Verdict(
         EXIT_OK, divergences=divergences, drifts=drifts, missing=missing, errors=errors, compare=compared
     )

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from flowproof.cassette import (
     load_cassette,
     loads_cassette,
     save_cassette,
+    turn_path_fields,
     turn_views,
 )
 from flowproof.errors import CassetteError, CassetteNotFoundError
@@ -359,3 +361,59 @@ class TestTurnViews:
         assert turn.response is not None
         assert turn.response.finish_reason is FinishReason.ERROR
         assert turn.response.text == "Rate limit reached"
+
+
+class TestAbandonedTurns:
+    def test_an_abandoned_turn_round_trips_with_its_partial_answer(self):
+        partial = RecordedResponse(200, {"content-type": "text/event-stream"},
+                                   events=(SSEEvent(raw=canonical_raw(None, '{"a":1}'), data='{"a":1}'),))
+        turn = replace(make_turn(0, partial), abandoned=True)
+        text = dumps_cassette(Cassette((turn,)))
+        doc = json.loads(text)
+        assert list(doc["turns"][0])[:3] == ["index", "provider", "abandoned"]
+        assert loads_cassette(text, "c.json").turns == (turn,)
+
+    def test_an_abandoned_turn_without_a_response_is_null(self):
+        turn = RecordedTurn(0, "openai-chat", make_turn().request, None, abandoned=True)
+        text = dumps_cassette(Cassette((turn,)))
+        assert json.loads(text)["turns"][0]["response"] is None
+        assert loads_cassette(text, "c.json").turns == (turn,)
+        view = turn_views(turn)
+        assert view.abandoned and view.response is None
+
+    def test_a_complete_turn_is_written_as_before(self):
+        """No `abandoned` key on a complete turn: older readers and older files agree."""
+        text = dumps_cassette(Cassette((make_turn(),)))
+        assert "abandoned" not in text
+        assert loads_cassette(text, "c.json").turns[0].abandoned is False
+
+    def test_only_an_abandoned_turn_may_lack_a_response(self):
+        doc = json.loads(dumps_cassette(Cassette((make_turn(),))))
+        doc["turns"][0]["response"] = None
+        with pytest.raises(CassetteError, match="turn 0: field 'response' should be an object"):
+            loads_cassette(json.dumps(doc), "c.json")
+
+    def test_abandoned_must_be_a_boolean(self):
+        doc = json.loads(dumps_cassette(Cassette((make_turn(),))))
+        doc["turns"][0]["abandoned"] = "yes"
+        with pytest.raises(CassetteError, match="field 'abandoned' should be true or false"):
+            loads_cassette(json.dumps(doc), "c.json")
+
+    def test_a_partial_stream_that_does_not_read_gives_no_response_view(self):
+        """What arrived of an abandoned call is shown when it reads, never a reason to fail."""
+        broken = RecordedResponse(200, {}, events=(SSEEvent(raw="data: {\n\n", data="{"),))
+        view = turn_views(replace(make_turn(0, broken), abandoned=True))
+        assert view.abandoned and view.response is None
+
+
+class TestPathFields:
+    def test_a_gemini_turn_views_the_model_of_its_url(self):
+        body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        url = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
+        turn = RecordedTurn(0, "gemini", RecordedRequest("POST", url, {}, body_sha256(raw), body),
+                            RecordedResponse(200, {}, body={"candidates": [{"content": {"parts": [{"text": "x"}]},
+                                                                            "finishReason": "STOP"}]}))
+        assert turn_path_fields(turn) == {"model": "gemini-2.5-flash"}
+        assert turn_views(turn).request.model == "gemini-2.5-flash"
+        assert turn_path_fields(make_turn()) == {}

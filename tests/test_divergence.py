@@ -3,7 +3,7 @@ from __future__ import annotations
 import copy
 import json
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from flowproof.cassette import Cassette, RecordedRequest, RecordedResponse, RecordedTurn
@@ -359,6 +359,13 @@ class TestFieldDiffEdges:
         assert not change.whole
         assert change.render() == 'arguments: recorded "5", replayed "6"'
 
+    def test_items_paired_at_different_indices_are_named_on_each_side(self):
+        """A value deepdiff pairs across indices is shown removed at one and added at the other."""
+        changes = diff_fields([False, None, None, None], [None, None, False])
+        assert [(c.path, c.recorded, c.replayed) for c in changes] == [
+            ("0", False, ABSENT), ("2", ABSENT, False), ("3", None, ABSENT)
+        ]
+
     def test_root_type_change_names_the_body(self):
         """A body whose root changed type is named as the body, not an empty path."""
         (change,) = diff_fields({"a": 1}, [1])
@@ -386,6 +393,8 @@ _DIFF_JSON = st.recursive(
 class TestDiffProperties:
     @settings(max_examples=200, deadline=None)
     @given(_DIFF_JSON, _DIFF_JSON)
+    # deepdiff pairs recorded[3] with replayed[2]: one path cannot name both sides.
+    @example(recorded=[False, None, None, None], replayed=[None, None, False])
     def test_paths_are_dotted_and_resolve_on_their_side(self, recorded, replayed):
         """Every changed path is the spec's dotted path to the value shown, never a deepdiff root[...]."""
         for change in diff_fields(recorded, replayed):

@@ -77,3 +77,48 @@ class TestResponses:
         assert response_from_body(200, [], "text/plain", b"hi", n).text == "hi"
         empty = response_from_body(204, [], "", b"", n)
         assert (empty.body, empty.events, empty.text) == (None, None, None)
+
+
+class TestCompleteOrAbandoned:
+    """A client that leaves: complete after the API's terminal event, abandoned before it."""
+
+    def call(self) -> PendingCall:
+        prepared = prepare_request(CHAT, b'{"model":"m","messages":[]}', {}, Normalizer())
+        call = PendingCall.start(CHAT, "POST", "https://api.openai.com/v1/chat/completions", [], prepared)
+        call.response_started(200, SSE)
+        return call
+
+    def test_the_terminal_event_makes_the_tap_complete_before_the_body_ends(self):
+        """[DONE] arrived, the end of the body did not: complete, not ended."""
+        tap = StreamTap(CHAT)
+        tap.feed(STREAM)
+        assert tap.complete and not tap.ended
+
+    def test_a_client_leaving_after_done_gives_a_complete_turn(self):
+        call = self.call()
+        call.tap_stream().feed(STREAM)
+        turn = call.left_turn(3, Normalizer())
+        assert (turn.index, turn.abandoned) == (3, False)
+        assert turn.response is not None and turn.response.status == 200
+        assert [e.data for e in turn.response.events or ()] == ['{"choices":[]}', "[DONE]"]
+        assert turn.response.headers == {"content-type": "text/event-stream"}
+
+    def test_a_client_leaving_before_done_gives_an_abandoned_turn_with_what_arrived(self):
+        """The complete events only: a half-received last event is not made whole."""
+        call = self.call()
+        call.tap_stream().feed(b'data: {"a":1}\n\ndata: {"b"')
+        turn = call.left_turn(0, Normalizer())
+        assert turn.abandoned and turn.response is not None
+        assert [e.data for e in turn.response.events or ()] == ['{"a":1}']
+
+    def test_a_client_gone_before_any_response_gives_an_abandoned_turn_without_one(self):
+        prepared = prepare_request(CHAT, b'{"model":"m","messages":[]}', {}, Normalizer())
+        call = PendingCall.start(CHAT, "POST", "https://api.openai.com/v1/chat/completions", [], prepared)
+        turn = call.left_turn(1, Normalizer())
+        assert turn.abandoned and turn.response is None and not call.complete
+
+    def test_a_buffered_answer_the_client_never_got_is_abandoned_without_a_response(self):
+        """Not streamed: the proxy holds the body until it is whole, so nothing reached the client."""
+        call = self.call()
+        turn = call.left_turn(0, Normalizer())
+        assert turn.abandoned and turn.response is None

@@ -5,6 +5,7 @@ import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from flowproof.cassette import (
     Cassette,
@@ -270,3 +271,55 @@ class TestCost:
         small = min(self.served_all(2_000)[1] for _ in range(3))
         large = min(self.served_all(20_000)[1] for _ in range(3))
         assert large / small < 50, (small, large)
+
+
+class TestAbandonedTurns:
+    def test_an_abandoned_turn_is_served_when_asked(self):
+        title = chat("Name this session", system="Title it.")
+        recorded = Cassette((turn(0, chat("Book KQ311")), replace(turn(1, title), abandoned=True)))
+        replayer = Replayer(recorded)
+        decision = replayer.decide("openai-chat", sha(title), title)
+        assert isinstance(decision, Replay) and decision.turn.abandoned
+
+    def test_an_abandoned_turn_never_asked_for_is_not_missing(self):
+        title = chat("Name this session", system="Title it.")
+        main = chat("Book KQ311")
+        replayer = Replayer(Cassette((turn(0, main), replace(turn(1, title), abandoned=True))))
+        replayer.decide("openai-chat", sha(main), main)
+        assert replayer.unconsumed() == [] and replayer.missing_divergence() is None
+
+
+GEMINI_URL = "https://generativelanguage.googleapis.com/v1beta/models/{}:streamGenerateContent?alt=sse"
+GEMINI_BODY = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+
+
+def gemini_turn(model: str) -> RecordedTurn:
+    return RecordedTurn(
+        index=0,
+        provider="gemini",
+        request=RecordedRequest("POST", GEMINI_URL.format(model), {}, sha(GEMINI_BODY), GEMINI_BODY),
+        response=RecordedResponse(200, {}, body={"candidates": []}),
+    )
+
+
+class TestModelInThePath:
+    def test_the_same_body_under_another_model_matches_nothing(self):
+        """Gemini's model is in the path: the key covers it, and the report names the model."""
+        replayer = Replayer(Cassette((gemini_turn("gemini-2.5-flash"),)))
+        decision = replayer.decide("gemini", sha(GEMINI_BODY), GEMINI_BODY, {"model": "gemini-2.5-flash-lite"})
+        assert isinstance(decision, Miss)
+        text = decision.divergence.render()
+        assert "- model: recorded gemini-2.5-flash, replayed gemini-2.5-flash-lite" in text
+        assert "parsed bodies are equal" not in text
+
+    def test_the_recorded_model_matches(self):
+        replayer = Replayer(Cassette((gemini_turn("gemini-2.5-flash"),)))
+        decision = replayer.decide("gemini", sha(GEMINI_BODY), GEMINI_BODY, {"model": "gemini-2.5-flash"})
+        assert isinstance(decision, Replay)
+
+    def test_without_a_view_the_model_is_a_field_change(self):
+        """No codec view (the report degraded): the path field is still named."""
+        replayer = Replayer(Cassette((gemini_turn("gemini-2.5-flash"),)), view_of=None)
+        decision = replayer.decide("gemini", sha(GEMINI_BODY), GEMINI_BODY, {"model": "gemini-2.5-pro"})
+        assert isinstance(decision, Miss)
+        assert "- model: recorded gemini-2.5-flash, replayed gemini-2.5-pro" in decision.divergence.render()

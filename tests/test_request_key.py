@@ -6,7 +6,7 @@ import hashlib
 import json
 
 from flowproof.normalize import Normalizer
-from flowproof.request_key import body_sha256, parse_body, prepare_request
+from flowproof.request_key import body_sha256, match_key, parse_body, prepare_request
 from flowproof.wire import codec_by_name
 
 CHAT = codec_by_name("openai-chat")
@@ -75,3 +75,18 @@ class TestPrepareRequest:
         assert prepared.forwarded == b"not json"
         assert prepared.rewrite_error is not None and "openai-chat" in prepared.rewrite_error
         assert prepared.body == "not json"
+
+
+class TestPathFields:
+    def test_gemini_names_the_model_of_its_path_in_the_key(self):
+        gemini = codec_by_name("gemini")
+        body = b'{"contents":[{"parts":[{"text":"hi"}]}]}'
+        flash = prepare_request(gemini, body, {}, Normalizer(), "/v1beta/models/gemini-2.5-flash:generateContent")
+        lite = prepare_request(gemini, body, {}, Normalizer(), "/v1beta/models/gemini-2.5-flash-lite:generateContent")
+        assert flash.sha256 == lite.sha256 and flash.key != lite.key
+        assert flash.path_fields == {"model": "gemini-2.5-flash"}
+
+    def test_a_body_only_api_keys_on_the_body_hash_alone(self):
+        """No path fields: the key is the hash, as in every cassette recorded before them."""
+        prepared = prepare_request(codec_by_name("openai-chat"), b'{"model":"m"}', {}, Normalizer(), "/v1/chat/completions")
+        assert prepared.key == prepared.sha256 and match_key("ab", {}) == "ab"

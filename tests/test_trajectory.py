@@ -200,6 +200,26 @@ class TestOrderIndependence:
         assert [t.index for t in traj.turns] == list(range(len(labels)))
 
 
+class TestAbandonedTurns:
+    def test_an_abandoned_turn_counts_for_nothing(self):
+        """A title call the agent abandoned holds the most text and a tool call: still not counted."""
+        main = reply_turn(0, MAIN_SYSTEM, "Booked KQ311.")
+        title_calls = ToolCall("rename", "{}")
+        title = Turn(1, request(TITLE_SYSTEM, text_size=10_000),
+                     ResponseView("a title", (title_calls,), FinishReason.TOOL_CALLS), abandoned=True)
+        trajectory = build_trajectory([title, main])
+        assert trajectory.reply == "Booked KQ311."
+        assert trajectory.tool_calls == ()
+        assert [t.index for t in trajectory.turns] == [0]
+        assert [t.index for t in trajectory.abandoned] == [1]
+        assert [th.system for th in trajectory.threads] == [MAIN_SYSTEM]
+
+    def test_only_abandoned_turns_mean_no_reply(self):
+        title = Turn(0, request(TITLE_SYSTEM), None, abandoned=True)
+        trajectory = build_trajectory([title])
+        assert trajectory.reply is None and trajectory.reply_absent_reason == "no model call was made"
+
+
 class TestMcpBoundary:
     """Calls that crossed the MCP boundary, and model requests that became attempts."""
 

@@ -194,3 +194,17 @@ class TestAgentError:
         assert agent_error(Outcome(), 10, ()) is None
         message = agent_error(Outcome(returncode=2, stderr="warming up\nKeyError: x\n"), 10, ())
         assert message is not None and "exited with code 2: KeyError: x" in message
+
+
+class TestAbandonedCalls:
+    def test_an_abandoned_call_at_record_is_a_note_never_a_failure(self):
+        """The agent left a call in flight: the record passes and says so."""
+        abandoned = {**BOOKING_TURNS[0], "index": 9, "abandoned": True, "response": None}
+        events = [*TURNS, *parse_events(turn_events([abandoned])), DONE]
+        verdict, evaluated = decide(events, "record")
+        assert (verdict.exit_code, verdict.recording, evaluated) == (EXIT_OK, "keep", ["evaluated"])
+        assert any("turn 9" in n and "abandoned" in n for n in verdict.notes)
+
+    def test_a_complete_record_has_no_such_note(self):
+        verdict, _ = decide([*TURNS, DONE], "record")
+        assert not any("abandoned" in n for n in verdict.notes)

@@ -87,6 +87,8 @@ def pairer_for(cassette: Cassette, path: str) -> Pairer:
     """
     calls = []
     for turn in cassette.turns:
+        if turn.abandoned:
+            continue  # the agent gave up on it at record: no answer to judge by, never missing
         try:
             calls.append(Call(turn_views(turn), turn.request.body))
             continue

@@ -3,11 +3,18 @@
 The mitmproxy side of `flowproof.recorder`: `LiveCalls` keeps a `PendingCall`
 per forwarded flow, tees an SSE response through a `StreamTap`, and hands each
 completed `RecordedTurn` to its subclass (`on_turn`).
+
+A client that leaves before the body ends makes mitmproxy call ``error``:
+after the API's terminal event that is a complete turn (openai-python's sync
+stream closes at ``[DONE]``; codex resets its HTTP/2 stream after
+``response.completed``), before it an abandoned one (`on_abandoned`). Only a
+failure on the upstream side stays an error (`client_left` tells them apart).
 """
 
 from __future__ import annotations
 
 from mitmproxy import http
+from mitmproxy.connection import ConnectionState
 
 from flowproof.addon.shared import Shared, content_of, log, refuse_unhandled
 from flowproof.cassette import RecordedResponse, RecordedTurn
@@ -20,7 +27,41 @@ from flowproof.recorder import (
     response_from_stream,
 )
 
-__all__ = ["LiveCalls"]
+__all__ = ["LiveCalls", "client_left"]
+
+# mitmproxy's messages for a client that went away: HTTP/1 ("Client disconnected."), an
+# HTTP/2 stream reset ("stream reset by client (CANCEL)"), a whole HTTP/2 connection gone.
+_CLIENT_GONE = ("client disconnected",)
+_STREAM_RESET = "stream reset by client"
+_CONNECTION_GONE = ("peer closed connection", "http/2 connection closed")
+
+
+def _closed(connection: object) -> bool:
+    """True when a connection can no longer be read: the peer closed it."""
+    state = getattr(connection, "state", None)
+    return state is not None and not (state & ConnectionState.CAN_READ)
+
+
+def client_left(flow: http.HTTPFlow) -> bool:
+    """True when ``flow`` failed because its client went away, not because of the upstream.
+
+    mitmproxy words an HTTP/2 stream reset the same way whichever side sent it
+    ("stream reset by client"), so the connections decide: the client's closed
+    means the client left; the upstream's closed means an upstream fault. A reset
+    on an HTTP/2 upstream is the client's only when it is a CANCEL, which is what
+    a client sends to drop a stream it no longer wants.
+    """
+    message = (flow.error.msg if flow.error is not None else "").lower()
+    if message.startswith(_CLIENT_GONE) or _closed(flow.client_conn):
+        return True
+    if _closed(flow.server_conn):
+        return False
+    if message.startswith(_STREAM_RESET):
+        upstream_h2 = flow.server_conn.alpn == b"h2"
+        return not upstream_h2 or "(cancel)" in message
+    if message.startswith(_CONNECTION_GONE):
+        return flow.request.http_version == "HTTP/2.0" and flow.server_conn.alpn != b"h2"
+    return False
 
 
 class LiveCalls:
@@ -37,6 +78,12 @@ class LiveCalls:
     def on_turn(self, flow_id: str, turn: RecordedTurn) -> None:
         """A live call completed (its ``turn`` event is already written)."""
         raise NotImplementedError
+
+    def on_abandoned(self, flow_id: str, turn: RecordedTurn) -> None:
+        """The client abandoned a live call (its ``turn`` event, marked abandoned, is written).
+
+        Nothing to judge by default: the agent decides what an abandoned call means."""
+        log.info("model_call_abandoned", flow_id=flow_id, provider=turn.provider, turn=turn.index)
 
     # ------------------------------------------------------------------ hooks
 
@@ -74,6 +121,7 @@ class LiveCalls:
         if call is None or flow.response is None:
             return
         headers = flow.response.headers
+        call.response_started(flow.response.status_code, headers.items(multi=True))
         if not is_event_stream(headers.get("content-type", "")):
             return
         encoding = headers.get("content-encoding", "").strip().lower()
@@ -118,7 +166,31 @@ class LiveCalls:
         call = self.calls.pop(flow.id, None)
         if call is None:
             return
+        if call.complete or client_left(flow):
+            # After the terminal event nothing is lost, whoever closed; before it, the client
+            # abandoned the call: both are recorded, neither fails the run by itself.
+            self._left(flow.id, call)
+            return
         reason = flow.error.msg if flow.error is not None else "unknown error"
         text = f"the model call to {call.request.url} failed before it completed: {reason}"
         self.shared.events.write(ErrorEvent(text, id=flow.id))
         log.warning("model_call_failed", flow_id=flow.id, provider=call.codec.name)
+
+    def finish_in_flight(self) -> None:
+        """At shutdown: every call still in flight was left by its client (the agent has exited).
+
+        mitmproxy may stop before it has noticed the client's close, so these are settled
+        here exactly as ``error`` would have: complete after the terminal event, else abandoned.
+        """
+        for flow_id, call in list(self.calls.items()):
+            self.calls.pop(flow_id, None)
+            self._left(flow_id, call)
+
+    def _left(self, flow_id: str, call: PendingCall) -> None:
+        turn = call.left_turn(self.completed, self.shared.config.normalizer)
+        self.completed += 1
+        self.shared.events.write(TurnEvent(flow_id, self.mode, turn))
+        if turn.abandoned:
+            self.on_abandoned(flow_id, turn)
+        else:
+            self.on_turn(flow_id, turn)

@@ -26,7 +26,13 @@ class Record(LiveCalls):
         self.turns.append(turn)
         log.info("turn_recorded", flow_id=flow_id, provider=turn.provider, turn=turn.index)
 
+    def on_abandoned(self, flow_id: str, turn: RecordedTurn) -> None:
+        # Kept as what it was: replay serves the same partial answer and holds it there.
+        self.turns.append(turn)
+        log.info("turn_recorded_abandoned", flow_id=flow_id, provider=turn.provider, turn=turn.index)
+
     def done(self) -> None:
+        self.finish_in_flight()
         config = self.shared.config
         path = config.cassette
         assert path is not None  # configure refuses record without a cassette

@@ -2,7 +2,9 @@
 
 A request that matches nothing gets a 400 in the provider's own error shape
 (never 5xx: SDKs and Claude Code retry 5xx for minutes) and a ``divergence``
-event; the matching itself is `flowproof.replay.Replayer`.
+event; the matching itself is `flowproof.replay.Replayer`. A request that
+matches an abandoned turn gets what the client got at record and then nothing
+more until it leaves (`flowproof.addon.hold`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import json
 
 from mitmproxy import http
 
+from flowproof.addon.hold import HOLD_HEADER, Held, HoldServer
 from flowproof.addon.shared import JSON_HEADERS, Shared, log, refuse_unhandled
-from flowproof.cassette import RecordedResponse
+from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.events import DivergenceEvent, TurnEvent
 from flowproof.replay import Miss
 
@@ -38,6 +41,8 @@ class Replay:
 
     def __init__(self, shared: Shared) -> None:
         self.shared = shared
+        self.hold_server = HoldServer()
+        self.held: set[str] = set()  # flows answered by the hold server
 
     def request(self, flow: http.HTTPFlow) -> None:
         try:
@@ -73,7 +78,7 @@ class Replay:
             return
         prepared = shared.prepare(flow, codec)
         assert shared.replayer is not None  # configure builds it for replay
-        decision = shared.replayer.decide(codec.name, prepared.sha256, prepared.body)
+        decision = shared.replayer.decide(codec.name, prepared.sha256, prepared.body, prepared.path_fields)
         if isinstance(decision, Miss):
             divergence = decision.divergence
             text = divergence.render(shared.record_command())
@@ -93,11 +98,44 @@ class Replay:
             )
             return
         turn = decision.turn
+        if turn.abandoned:
+            self._hold(flow, turn)
+            shared.events.write(TurnEvent(flow.id, "replay", turn))
+            log.info("turn_replayed_abandoned", flow_id=flow.id, provider=codec.name, turn=turn.index)
+            return
         recorded = turn.response
+        assert recorded is not None  # only an abandoned turn may lack a response
         content = shared.config.normalizer.restore(recorded.content())
         flow.response = http.Response.make(recorded.status, content, replay_headers(recorded))
         shared.events.write(TurnEvent(flow.id, "replay", turn))
         log.info("turn_replayed", flow_id=flow.id, provider=codec.name, turn=turn.index)
 
+    def _hold(self, flow: http.HTTPFlow, turn: RecordedTurn) -> None:
+        """Route ``flow`` to the hold server, which sends what the client got at record and holds."""
+        recorded = turn.response
+        if recorded is None:
+            held = Held(None, {}, b"")
+        else:
+            content = self.shared.config.normalizer.restore(recorded.content())
+            held = Held(recorded.status, replay_headers(recorded), content)
+        req = flow.request
+        req.headers[HOLD_HEADER] = self.hold_server.hold(held)
+        req.scheme = "http"
+        req.host = "127.0.0.1"
+        req.port = self.hold_server.port
+        self.held.add(flow.id)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.id in self.held and flow.response is not None:
+            flow.response.stream = True  # the partial answer goes out as it is, never buffered
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self.held.discard(flow.id)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        # The client left a held call, as it did at record: nothing to report.
+        self.held.discard(flow.id)
+
     def done(self) -> None:
+        self.hold_server.close()
         self.shared.report_unconsumed()

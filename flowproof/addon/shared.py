@@ -118,7 +118,9 @@ class Shared:
         request's when tool results were substituted. Logs ``request_started``."""
         req = flow.request
         raw = content_of(req)
-        prepared = prepare_request(codec, raw, self.config.tool_results, self.config.normalizer)
+        prepared = prepare_request(
+            codec, raw, self.config.tool_results, self.config.normalizer, req.path.split("?", 1)[0]
+        )
         if prepared.rewrite_error is not None:
             # The codec cannot read the body: forward it as sent; the hash then says what it is.
             log.warning(

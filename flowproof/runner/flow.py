@@ -250,6 +250,9 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 reverse_hosts=REVERSE_HOSTS if agent.route == "base_url" else (),
                 compare_handler=handler,
                 addon_script=options.addon_script,
+                # Portable paths are the agent's: a HOME set in `agent.env` wins over the runner's.
+                home=dict(agent.env).get("HOME") or environ.get("HOME"),
+                cwd=agent.cwd if agent.cwd is not None else Path.cwd(),
                 extra_args=tuple(proxy_args(listeners, agent.route == "base_url")),
                 env=tuple(placeholder_env.items()),
             )

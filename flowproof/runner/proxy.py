@@ -60,6 +60,10 @@ class ProxySettings:
     compare_handler: str | None = None
     addon_script: Path | None = None
     extra_args: tuple[str, ...] = ()
+    #: The agent's own HOME and working directory, made portable in cassettes (`«home»`,
+    #: `«cwd»`); None leaves the addon's default (its own HOME, the spec's agent.cwd).
+    home: str | None = None
+    cwd: Path | None = None
     #: Variables added to mitmdump's environment (the spec it loads resolves ${VAR} there).
     env: tuple[tuple[str, str], ...] = ()
 
@@ -139,6 +143,10 @@ def build_command(settings: ProxySettings, script: Path, reverse_ports: dict[str
         args += ["--set", f"flowproof_extra_hosts={host}"]
     if settings.compare_handler:
         args += ["--set", f"flowproof_compare_handler={settings.compare_handler}"]
+    if settings.home:
+        args += ["--set", f"flowproof_home={settings.home}"]
+    if settings.cwd is not None:
+        args += ["--set", f"flowproof_cwd={settings.cwd}"]
     args += list(settings.extra_args)
     return args
 

@@ -323,7 +323,9 @@ def show_cassette(cassette: Cassette, path: Path | str = "") -> str:
     for rt, view, err in readable_turns(cassette):
         req = rt.request
         lines.append("")
-        lines.append(f"turn {rt.index} — {rt.provider} — {req.method} {req.url} — status {rt.response.status}")
+        status = f"status {rt.response.status}" if rt.response is not None else "no response"
+        abandoned = " — abandoned by the client" if rt.abandoned else ""
+        lines.append(f"turn {rt.index} — {rt.provider} — {req.method} {req.url} — {status}{abandoned}")
         if view is None:
             lines.append(f"  (cannot be read: {err})")
             continue

@@ -22,9 +22,12 @@ call of that API. Extra hosts also count as model hosts for `is_model_host`.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import dataclasses
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from flowproof.errors import WireError
+from flowproof.model import RequestView
 from flowproof.wire import anthropic, gemini, openai_chat, openai_responses
 from flowproof.wire.base import Codec
 from flowproof.wire.providers import PROVIDERS, Provider, model_host_suffixes, model_hosts, provider
@@ -55,6 +58,7 @@ __all__ = [
     "normalize_host",
     "parse_sse",
     "provider",
+    "with_path_fields",
 ]
 
 #: Every provider id a cassette may name, in detection order (the order of the provider table).
@@ -110,6 +114,21 @@ def is_model_host(host: str, extra_hosts: Collection[str] = ()) -> bool:
     if host in MODEL_HOSTS or host.endswith(_MODEL_HOST_SUFFIXES):
         return True
     return host in {normalize_host(h) for h in extra_hosts}
+
+
+_VIEW_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestView))
+
+
+def with_path_fields(view: RequestView, fields: Mapping[str, str]) -> RequestView:
+    """``view`` with the fields its URL path names (`Codec.path_fields`): for Gemini the model.
+
+    >>> from flowproof.wire import gemini
+    >>> body = b'{"contents":[{"parts":[{"text":"hi"}]}]}'
+    >>> with_path_fields(gemini.CODEC.parse_request(body), {"model": "gemini-2.5-flash"}).model
+    'gemini-2.5-flash'
+    """
+    known: dict[str, Any] = {k: v for k, v in fields.items() if k in _VIEW_FIELDS}
+    return dataclasses.replace(view, **known) if known else view
 
 
 def detect(method: str, host: str, path: str, extra_hosts: Collection[str] = ()) -> Codec | None:

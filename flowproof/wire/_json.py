@@ -173,6 +173,31 @@ class FieldReader:
         return WireError(self.provider, field_name, f"expected {expected}, got {json_kind(value)}")
 
 
+def event_payload(data: str) -> dict[str, Any] | None:
+    """An SSE event's ``data`` as a JSON object, or None (keep-alives, ``[DONE]``, anything else).
+
+    Lenient on purpose: it only asks "is this the terminal event?", and a chunk it
+    cannot read is simply not one.
+    """
+    text = data.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def event_type(event_name: str | None, data: str) -> str | None:
+    """The type of an SSE event: its ``event:`` name, else its JSON ``type`` field."""
+    if event_name:
+        return event_name
+    payload = event_payload(data)
+    kind = payload.get("type") if payload is not None else None
+    return kind if isinstance(kind, str) else None
+
+
 def error_message(body: Any) -> str | None:
     """The message of a parsed JSON error body: ``{"error": {"message"}}`` (OpenAI, Gemini,
     and Anthropic inside its envelope), ``{"error": "…"}`` or ``{"message": "…"}``."""

@@ -28,7 +28,7 @@ from typing import Any
 
 from flowproof.errors import WireError
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
-from flowproof.wire._json import FieldReader, compact_dumps, error_message, json_kind
+from flowproof.wire._json import FieldReader, compact_dumps, error_message, event_type, json_kind
 from flowproof.wire.sse import SSEEvent
 
 __all__ = ["CODEC", "AnthropicCodec"]
@@ -359,6 +359,14 @@ class AnthropicCodec:
         if not isinstance(index, int) or isinstance(index, bool):
             raise WireError(PROVIDER, f"{where}.index", f"expected an integer, got {json_kind(index)}")
         return index
+
+    def is_terminal_event(self, event: SSEEvent) -> bool:
+        """``message_stop`` ends a Messages stream."""
+        return event_type(event.event, event.data) == "message_stop"
+
+    def path_fields(self, path: str) -> dict[str, str]:
+        """Nothing: the body names the model."""
+        return {}
 
     def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
         """Replace the ``content`` of each ``tool_result`` whose resolved tool name is mocked.

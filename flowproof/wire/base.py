@@ -39,6 +39,18 @@ class Codec(Protocol):
         """The view of a complete SSE stream, assembled exactly as a client would."""
         ...
 
+    def is_terminal_event(self, event: SSEEvent) -> bool:
+        """True for the event that ends this API's stream: once a client has it, the call is
+        complete, whatever happens to the connection after (docs/design.md, "Complete and
+        abandoned calls")."""
+        ...
+
+    def path_fields(self, path: str) -> dict[str, str]:
+        """Request fields this API names in the URL path rather than the body, keyed by their
+        `RequestView` field name (Gemini: ``{"model": …}``); empty for the others. The replay
+        key and the divergence report cover them like the body."""
+        ...
+
     def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
         """Replace the content of every tool result whose tool name is in ``results``.
 

@@ -5,8 +5,9 @@ Wire facts this codec relies on (Gemini API reference, "Generating content" and
 
 - The model is named in the URL path (``/v1beta/models/gemini-2.5-flash:generateContent``),
   not in the body, and ``parse_request`` sees only the body: ``RequestView.model``
-  is the body's ``model`` field when a client sends one, else ``None``. Callers
-  that know the path can use `model_from_path`.
+  is the body's ``model`` field when a client sends one, else ``None``;
+  `GeminiCodec.path_fields` gives the path's model, which
+  `flowproof.wire.with_path_fields` puts into the view.
 - Keys may be camelCase (REST, the official SDKs) or snake_case (accepted by
   the API, sent by some clients): both are read.
 - ``:streamGenerateContent?alt=sse`` answers with SSE events whose ``data:`` is
@@ -28,7 +29,7 @@ from typing import Any
 
 from flowproof.errors import WireError
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
-from flowproof.wire._json import FieldReader, compact_dumps, error_message
+from flowproof.wire._json import FieldReader, compact_dumps, error_message, event_payload
 from flowproof.wire.sse import SSEEvent
 
 __all__ = ["CODEC", "GeminiCodec", "model_from_path"]
@@ -332,6 +333,23 @@ class GeminiCodec:
                 continue
             chunks.add(_load(event.data, f"events[{i}].data"), f"events[{i}].data")
         return chunks.view(stream=True)
+
+    def is_terminal_event(self, event: SSEEvent) -> bool:
+        """A chunk whose candidate carries a ``finishReason``: Gemini's last chunk (it sends no
+        end marker of its own)."""
+        payload = event_payload(event.data)
+        candidates = payload.get("candidates") if payload is not None else None
+        if not isinstance(candidates, list):
+            return False
+        return any(
+            isinstance(c, dict) and (c.get("finishReason") or c.get("finish_reason")) for c in candidates
+        )
+
+    def path_fields(self, path: str) -> dict[str, str]:
+        """``{"model": …}`` from ``/v1beta/models/{model}:generateContent``: Gemini names the
+        model in the path, so the replay key and the divergence report must see it there."""
+        model = model_from_path(path.split("?", 1)[0])
+        return {"model": model} if model is not None else {}
 
     def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
         """Replace ``functionResponse.response`` for each mocked tool name.

@@ -337,6 +337,14 @@ class OpenAIChatCodec:
             model=model,
         )
 
+    def is_terminal_event(self, event: SSEEvent) -> bool:
+        """``data: [DONE]`` ends a chat completion stream (the SDKs stop reading there)."""
+        return event.data.strip() == "[DONE]"
+
+    def path_fields(self, path: str) -> dict[str, str]:
+        """Nothing: the body names the model."""
+        return {}
+
     def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
         """Replace the ``content`` of every ``role: tool`` message whose tool is in ``results``."""
         if not results:

@@ -20,6 +20,7 @@ from flowproof.wire._json import (
     content_text,
     dump_body,
     error_message,
+    event_type,
     expect_list,
     expect_object,
     load_json_body,
@@ -358,6 +359,14 @@ class OpenAIResponsesCodec:
         if error is not None:
             return _error_view(error, model, view.text, view.tool_calls)
         return view  # a stream cut before its terminal event: finish reason OTHER
+
+    def is_terminal_event(self, event: SSEEvent) -> bool:
+        """``response.completed``, ``response.incomplete`` or ``response.failed``."""
+        return event_type(event.event, event.data) in _TERMINAL
+
+    def path_fields(self, path: str) -> dict[str, str]:
+        """Nothing: the body names the model."""
+        return {}
 
     def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
         """Replace ``output`` of every ``function_call_output`` item whose tool is in ``results``."""

@@ -243,6 +243,11 @@ class Mitmdump:
     report: Path
     port: int = 0
 
+    @property
+    def url(self) -> str:
+        """The explicit proxy's URL, for clients that take one."""
+        return f"http://127.0.0.1:{self.port}"
+
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         return [e for e in read_log(self.report) if kind is None or e["event"] == kind]
 

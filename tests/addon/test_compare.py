@@ -128,3 +128,19 @@ def strict_text(result: Any) -> None:
     """A compare handler that makes prose a contract."""
     if result.text.status != "exact":
         raise AssertionError(f"text is {result.text.status}")
+
+
+class TestRecordedAbandoned:
+    def test_a_call_abandoned_at_record_is_neither_compared_nor_missing(self, harness: Harness):
+        """The recording has no answer to judge a live call by, and not being asked is fine."""
+        title = replace(chat_turn(1, chat_body("Name it"), "A title"), abandoned=True, response=None)
+        path = write_cassette(harness.tmp / "c.json", chat_turn(0, chat_body(), "Booked KQ311."), title)
+        harness.configure(flowproof_mode="compare", flowproof_cassette=str(path))
+        f = model_flow(chat_body())
+        harness.addon.request(f)
+        stream_through(harness, f, [encode_events(chat_events("Booked KQ311."))])
+        harness.addon.done()
+        assert harness.events("error") == [] and harness.events("drift") == []
+        assert [e["result"]["turn"] for e in harness.events("compared")] == [0]
+        (done,) = harness.events("done")
+        assert done["unconsumed"] == []

@@ -18,7 +18,13 @@ from typing import Any
 import pytest
 
 from flowproof.cassette import load_cassette
-from flowproof.testing import FakeModelServer, Reply
+from flowproof.testing import (
+    FakeModelServer,
+    Reply,
+    abandon,
+    close_after_terminal,
+    reset_after_terminal,
+)
 
 from .conftest import Mitmdump, run_agent, start_mitmdump
 
@@ -266,8 +272,8 @@ class TestUpstreamFailures:
         assert replay.stop() == 0
         assert replay.events("divergence") == []
 
-    def test_client_disconnect_midstream_records_no_turn(self, session: Session):
-        """A client that hangs up mid-stream leaves an error event and no recorded turn."""
+    def test_client_disconnect_midstream_records_an_abandoned_turn(self, session: Session):
+        """A client that hangs up mid-stream abandoned the call: a turn marked abandoned, no error."""
         cassette = session.tmp / "hangup.cassette.json"
         port = free_port()
         args = ("--mode", f"reverse:https://api.openai.com@{port}")
@@ -282,10 +288,112 @@ class TestUpstreamFailures:
                              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
                 assert sock.recv(65536)  # the headers (and maybe the first event) arrive
             deadline = time.monotonic() + 10
-            while not proxy.events("error") and time.monotonic() < deadline:
+            while not proxy.events("turn") and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert proxy.stop() == 0
-        assert proxy.events("turn") == []
-        (error,) = proxy.events("error")
-        assert error["id"] == proxy.events("request_started")[0]["id"]
-        assert load_cassette(cassette).turns == ()
+        assert proxy.events("error") == []
+        (turn,) = proxy.events("turn")
+        assert turn["id"] == proxy.events("request_started")[0]["id"]
+        assert turn["turn"]["abandoned"] is True
+        (recorded,) = load_cassette(cassette).turns
+        assert recorded.abandoned and recorded.response is not None
+        # Only what reached the client: never the terminal event the server sent later.
+        assert all(e.data != "[DONE]" for e in recorded.response.events or ())
+
+
+CHAT = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+RESPONSES = {"model": "gpt-4o", "stream": True, "input": "hi"}
+
+
+class TestClientsThatLeave:
+    """The rude clients of flowproof.testing through a real mitmdump: leaving after the terminal
+    event is a complete turn; leaving before it, an abandoned one; neither is an error."""
+
+    def test_http1_close_at_done_records_a_complete_turn(self, session: Session):
+        """openai-python's sync stream: it closes at [DONE], the body would end 5 s later."""
+        cassette = session.tmp / "close.cassette.json"
+        with FakeModelServer([Reply.text("all of it")], end_delay=5.0) as server:
+            proxy = session.proxy("record", cassette, f"flowproof_upstream=api.openai.com={server.url}")
+            result = close_after_terminal("https://api.openai.com/v1/chat/completions", CHAT,
+                                          proxy=proxy.url, verify=session.bundle)
+            assert result.saw_terminal and not result.saw_end
+            assert proxy.stop() == 0
+        assert proxy.events("error") == []
+        (turn,) = load_cassette(cassette).turns
+        assert not turn.abandoned and turn.response is not None
+        assert turn.response.events is not None and turn.response.events[-1].data == "[DONE]"
+        # The same client replays the complete answer.
+        replay = session.proxy("replay", cassette)
+        again = close_after_terminal("https://api.openai.com/v1/chat/completions", CHAT,
+                                     proxy=replay.url, verify=session.bundle)
+        assert replay.stop() == 0
+        assert again.events == result.events
+        assert replay.events("divergence") == [] and replay.events("done")[0]["unconsumed"] == []
+
+    def test_http2_cancel_after_completed_records_a_complete_turn(self, session: Session):
+        """Codex CLI's reset: RST_STREAM(CANCEL) right after response.completed."""
+        cassette = session.tmp / "reset.cassette.json"
+        with FakeModelServer([Reply.text("all of it")], end_delay=5.0) as server:
+            proxy = session.proxy("record", cassette, f"flowproof_upstream=api.openai.com={server.url}")
+            result = reset_after_terminal("https://api.openai.com/v1/responses", RESPONSES,
+                                          proxy=proxy.url, verify=session.bundle)
+            assert result.http_version == "HTTP/2" and result.saw_terminal and not result.saw_end
+            assert proxy.stop() == 0
+        assert proxy.events("error") == []
+        (turn,) = load_cassette(cassette).turns
+        assert not turn.abandoned
+        assert turn.response is not None and turn.response.events is not None
+        assert turn.response.events[-1].event == "response.completed"
+
+    def test_leaving_before_the_terminal_event_records_an_abandoned_turn(self, session: Session):
+        """A client that leaves after two events abandoned the call: recorded with those events;
+        replay sends the same two and holds the body open, and a replay without it misses nothing."""
+        cassette = session.tmp / "abandon.cassette.json"
+        url = "https://api.openai.com/v1/chat/completions"
+        script = [Reply.text("one two three four five six", chunk_delay=0.5)]
+        with FakeModelServer(script) as server:
+            proxy = session.proxy("record", cassette, f"flowproof_upstream=api.openai.com={server.url}")
+            left = abandon(url, CHAT, after_events=2, proxy=proxy.url, verify=session.bundle)
+            assert not left.saw_terminal
+            deadline = time.monotonic() + 10
+            while not proxy.events("turn") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert proxy.stop() == 0
+        assert proxy.events("error") == []
+        (turn,) = load_cassette(cassette).turns
+        assert turn.abandoned and turn.response is not None and turn.response.status == 200
+        assert turn.response.events is not None and len(turn.response.events) >= 2
+        assert all(e.data != "[DONE]" for e in turn.response.events)
+
+        recorded_events = [e.raw.encode() for e in turn.response.events]
+        replay = session.proxy("replay", cassette)
+        again = abandon(url, CHAT, after_events=len(recorded_events), proxy=replay.url, verify=session.bundle)
+        assert again.status == 200 and not again.saw_end and not again.saw_terminal
+        assert [e.strip() for e in again.events] == [e.strip() for e in recorded_events]
+        assert replay.stop() == 0
+        assert replay.events("divergence") == [] and replay.events("error") == []
+        # Cut where the recording stopped: a client that waits for more gets nothing, not even the end.
+        waiting = session.proxy("replay", cassette)
+        with pytest.raises(TimeoutError):
+            abandon(url, CHAT, after_events=len(recorded_events) + 1, proxy=waiting.url,
+                    verify=session.bundle, timeout=2.0)
+        assert waiting.stop() == 0
+        assert waiting.events("divergence") == [] and waiting.events("error") == []
+
+        untouched = session.proxy("replay", cassette)
+        assert untouched.stop() == 0
+        (done,) = untouched.events("done")
+        assert done["unconsumed"] == [] and done["text"] == ""
+
+    def test_a_client_gone_before_any_byte_records_an_abandoned_turn_without_response(self, session: Session):
+        """goose's title call: nothing arrives within a second and the client leaves."""
+        cassette = session.tmp / "gone.cassette.json"
+        with FakeModelServer([Reply.text("late title", first_byte_delay=5.0)]) as server:
+            proxy = session.proxy("record", cassette, f"flowproof_upstream=api.openai.com={server.url}")
+            left = abandon("https://api.openai.com/v1/chat/completions", CHAT, after_seconds=1.0,
+                           proxy=proxy.url, verify=session.bundle)
+            assert left.status is None
+            assert proxy.stop() == 0
+        assert proxy.events("error") == []
+        (turn,) = load_cassette(cassette).turns
+        assert turn.abandoned and turn.response is None

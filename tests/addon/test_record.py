@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from mitmproxy import http
+from mitmproxy.connection import ConnectionState
 from mitmproxy.test import tflow, tutils
 
 from flowproof.cassette import load_cassette
@@ -167,21 +168,68 @@ class TestRecordEdges:
         assert error["id"] == f.id and "without sending complete" in error["text"]
         assert load_cassette(path).turns == ()
 
-    def test_client_disconnect_midstream_records_no_turn(self, harness: Harness):
-        """A client that hangs up mid-stream gives an error event naming it, and the next call is turn 0."""
+    def test_client_disconnect_midstream_records_an_abandoned_turn(self, harness: Harness):
+        """A client that hangs up before the terminal event abandoned the call: an abandoned
+        turn with what it got, no error, and the next call is the next turn."""
         path = self.configure(harness)
         cut = model_flow(chat_body())
         harness.addon.request(cut)
         sse_response(cut)
         harness.addon.responseheaders(cut)
+        first = encode_events(chat_events("fine")[:1])
+        cut.response.stream(first)  # type: ignore[union-attr, operator]
         cut.error = tflow.terr("Client disconnected.")
         harness.addon.error(cut)
         ok = model_flow(chat_body("again"))
         harness.addon.request(ok)
         stream_through(harness, ok, [encode_events(chat_events("fine"))])
         harness.addon.done()
-        assert "Client disconnected." in harness.events("error")[0]["text"]
-        assert [t.index for t in load_cassette(path).turns] == [0]
+        assert harness.events("error") == []
+        abandoned, complete = load_cassette(path).turns
+        assert (abandoned.index, abandoned.abandoned, complete.index, complete.abandoned) == (0, True, 1, False)
+        assert abandoned.response is not None and len(abandoned.response.events or ()) == 1
+
+    def test_client_leaving_after_done_records_a_complete_turn(self, harness: Harness):
+        """openai-python's sync stream closes at [DONE]; the body's end never came through."""
+        path = self.configure(harness)
+        f = model_flow(chat_body())
+        harness.addon.request(f)
+        sse_response(f)
+        harness.addon.responseheaders(f)
+        f.response.stream(encode_events(chat_events("fine")))  # type: ignore[union-attr, operator]
+        f.error = tflow.terr("Client disconnected.")
+        harness.addon.error(f)
+        harness.addon.done()
+        assert harness.events("error") == []
+        (turn,) = load_cassette(path).turns
+        assert not turn.abandoned and turn.response is not None
+        assert [e.data for e in turn.response.events or ()][-1] == "[DONE]"
+
+    def test_an_upstream_cut_before_the_terminal_event_stays_an_error(self, harness: Harness):
+        """The server closed its side mid-stream: a fault, never an abandoned turn."""
+        path = self.configure(harness)
+        f = model_flow(chat_body())
+        harness.addon.request(f)
+        sse_response(f)
+        harness.addon.responseheaders(f)
+        f.response.stream(encode_events(chat_events("fine")[:1]))  # type: ignore[union-attr, operator]
+        f.server_conn.state = ConnectionState.CAN_WRITE  # the server's side is closed
+        f.error = tflow.terr("peer closed connection without sending complete message body")
+        harness.addon.error(f)
+        harness.addon.done()
+        (error,) = harness.events("error")
+        assert "failed before it completed" in error["text"]
+        assert load_cassette(path).turns == ()
+
+    def test_a_call_in_flight_at_shutdown_is_abandoned(self, harness: Harness):
+        """The agent exited before the proxy noticed: done settles the call as abandoned."""
+        path = self.configure(harness)
+        f = model_flow(chat_body())
+        harness.addon.request(f)
+        harness.addon.done()
+        (turn,) = load_cassette(path).turns
+        assert turn.abandoned and turn.response is None
+        assert harness.events("turn")[0]["turn"]["abandoned"] is True
 
     def test_server_error_is_recorded_as_a_turn(self, harness: Harness):
         """A 5xx answer is a recorded turn with its status and error body, so replay serves it again."""

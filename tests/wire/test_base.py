@@ -9,6 +9,7 @@ import pytest
 
 from flowproof import wire
 from flowproof.wire.base import Codec
+from flowproof.wire.sse import make_event
 
 PROTOCOL_METHODS = [
     name
@@ -45,16 +46,18 @@ class TestCodecProtocol:
 
 
 def test_protocol_lists_the_expected_methods() -> None:
-    """The protocol covers detection, parsing, rewriting and error bodies."""
+    """The protocol covers detection, parsing, rewriting, error bodies, the terminal event and path fields."""
     assert PROTOCOL_METHODS == sorted(
         [
             "error_body",
             "error_text",
             "is_stream_request",
+            "is_terminal_event",
             "matches",
             "parse_events",
             "parse_request",
             "parse_response",
+            "path_fields",
             "rewrite_tool_results",
         ]
     )
@@ -95,3 +98,49 @@ def test_absurd_nesting_is_a_wire_error(name: str) -> None:
     for parse in (codec.parse_request, codec.parse_response):
         with pytest.raises(WireError):
             parse(b"[" * 100_000)
+
+
+# Each API's terminal event and events that are not it (the same shapes the SDKs read).
+TERMINAL_CASES = {
+    "openai-chat": (
+        [make_event("[DONE]")],
+        [make_event('{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'), make_event("")],
+    ),
+    "openai-responses": (
+        [make_event('{"type":"response.completed","response":{}}', "response.completed"),
+         make_event('{"type":"response.incomplete","response":{}}', "response.incomplete"),
+         make_event('{"type":"response.failed","response":{}}'),
+         make_event('{"type":"response.failed","response":{}}', "response.failed")],
+        [make_event('{"type":"response.output_text.done"}', "response.output_text.done"),
+         make_event('{"type":"response.created"}'), make_event("[DONE]")],
+    ),
+    "anthropic": (
+        [make_event('{"type":"message_stop"}', "message_stop"), make_event('{"type":"message_stop"}')],
+        [make_event('{"type":"message_delta","delta":{"stop_reason":"end_turn"}}', "message_delta"),
+         make_event('{"type":"ping"}', "ping")],
+    ),
+    "gemini": (
+        [make_event('{"candidates":[{"content":{"parts":[]},"finishReason":"STOP"}]}'),
+         make_event('{"candidates":[{"finish_reason":"MAX_TOKENS"}]}')],
+        [make_event('{"candidates":[{"content":{"parts":[{"text":"hi"}]}}]}'),
+         make_event('{"usageMetadata":{}}'), make_event("not json")],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TERMINAL_CASES))
+def test_each_codec_names_its_terminal_event(name: str) -> None:
+    """A call is complete once this event arrived; nothing else counts."""
+    codec = wire.codec_by_name(name)
+    terminal, other = TERMINAL_CASES[name]
+    assert [codec.is_terminal_event(e) for e in terminal] == [True] * len(terminal)
+    assert [codec.is_terminal_event(e) for e in other] == [False] * len(other)
+
+
+@pytest.mark.parametrize("name", wire.CODEC_NAMES)
+def test_only_gemini_names_a_request_field_in_the_path(name: str) -> None:
+    codec = wire.codec_by_name(name)
+    path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    expected = {"model": "gemini-2.5-flash"} if name == "gemini" else {}
+    assert codec.path_fields(path) == expected
+    assert codec.path_fields("/v1/chat/completions") == {}
