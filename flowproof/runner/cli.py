@@ -22,6 +22,7 @@ import click
 from flowproof.cassette import load_cassette
 from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, SpecError
 from flowproof.heal import diff_cassettes
+from flowproof.runner.collect import collect_specs
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
 from flowproof.runner.flow import REVERSE_HOSTS, Cancel, RunOptions, run_flow
 from flowproof.runner.report import render_json, render_text, show_cassette, worst_exit, write_junit
@@ -125,13 +126,15 @@ def _on_signals(cancel: Any) -> Callable[[], None]:
 _SPEC_ARG = click.argument(
     "specs", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False)
 )
+#: flowproof-run also takes directories and (quoted) globs: `collect_specs` expands them.
+_RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
 
 
 @click.command(
     "flowproof-run",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@_SPEC_ARG
+@_RUN_SPEC_ARG
 @click.option("--replay", "mode", flag_value="replay", default=True, help="Replay the cassette strictly (default).")
 @click.option("--record", "mode", flag_value="record", help="Record a new cassette (kept only if the spec passes).")
 @click.option("--compare", "mode", flag_value="compare", help="Run live and report drift from the cassette; never writes.")
@@ -164,6 +167,9 @@ def run_command(
 ) -> None:
     """Run flow SPECs against their agents: replay (default), --record or --compare."""
 
+    if cassette is not None and len(specs) > 1:
+        raise FlowproofError("--cassette names one cassette, so it takes exactly one spec")
+    specs = tuple(collect_specs(specs))
     if cassette is not None and len(specs) > 1:
         raise FlowproofError("--cassette names one cassette, so it takes exactly one spec")
     if proxy_port and (jobs > 1) and len(specs) > 1:

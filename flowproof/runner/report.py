@@ -158,9 +158,34 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
+def summary_table(results: Sequence[FlowResult]) -> str:
+    """One row per flow, in run order: mark, verdict, mode, seconds, spec path, name."""
+    rows = [
+        (
+            f"{PASS if r.passed else FAIL} {_verdict_name(r.exit_code)}",
+            r.mode,
+            f"{r.duration:.1f}s",
+            str(r.spec_path),
+            r.name,
+        )
+        for r in results
+    ]
+    header = ("  verdict", "mode", "time", "spec", "flow")
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
+
+    def line(row: tuple[str, ...]) -> str:
+        cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])]
+        return "  ".join([*cells, row[-1]]).rstrip()
+
+    return "\n".join([line(header), *(line(row) for row in rows)])
+
+
 def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
-    """Every flow, a summary line, and the line that says what to do."""
+    """Every flow, a summary (a table when there are several flows), and the line that says
+    what to do."""
     blocks = [render_flow(r, verbose=verbose) for r in results]
+    if len(results) > 1:
+        blocks.append(summary_table(results))
     passed = sum(1 for r in results if r.passed)
     failed = [r for r in results if not r.passed]
     summary = f"{passed} of {len(results)} flow(s) passed"

@@ -53,6 +53,22 @@ class TestText:
         assert "replayed KQ999" in text
         assert "flowproof-run booking.flow.yaml --record" in text.splitlines()[-1]
 
+    def test_several_flows_end_with_one_table(self) -> None:
+        """Several flows end with a table: a header and one aligned row per flow, in run order."""
+        text = render_text([
+            result(duration=1.25),
+            result(EXIT_ASSERTION, spec_path=Path("deep/refund.flow.yaml"), name="Refund guard"),
+        ])
+        table = text.split("\n\n")[-2].splitlines()
+        assert table[1].split() == ["✓", "passed", "replay", "1.2s", "booking.flow.yaml", "Booking"]
+        assert table[2].split()[:4] == ["✗", "assertion", "failed", "replay"] and table[2].endswith("Refund guard")
+        assert table[1].index("booking.flow.yaml") == table[2].index("deep/refund.flow.yaml")
+        assert "1 of 2 flow(s) passed" in text
+
+    def test_one_flow_has_no_table(self) -> None:
+        """A single flow's report is not followed by a one-row table."""
+        assert "verdict" not in render_text([result()])
+
     def test_worst_exit(self) -> None:
         """Several flows exit with the worst code."""
         assert worst_exit([result(EXIT_OK), result(EXIT_DIVERGENCE), result(EXIT_ASSERTION)]) == EXIT_DIVERGENCE
