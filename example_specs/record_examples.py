@@ -6,7 +6,10 @@ For each script ``fake_model/<name>.json`` beside this file, this starts
     flowproof-run <name>.flow.yaml --record --upstream api.openai.com=<server> \
                                             --upstream api.anthropic.com=<server>
 
-and stops the server. Nothing leaves the machine and no API key is needed (a
+and stops the server. An example with an MCP server (`MCP_SERVERS`) also gets
+that server started for the recording, its URL in the spec's variable, and a
+check afterwards that the server never ran a tool flowproof answers (its marker
+file must not exist). Nothing leaves the machine and no API key is needed (a
 dummy key is set, so a real one is never sent anywhere). The fake server is
 deterministic (counter ids, fixed timestamps), so re-recording an unchanged
 example gives a byte-identical cassette; tests/e2e checks exactly that.
@@ -25,6 +28,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from flowproof.testing import FakeModelServer
@@ -34,6 +40,26 @@ HERE = Path(__file__).resolve().parent
 HOSTS = ("api.openai.com", "api.anthropic.com")
 #: Set for the agent while recording: SDKs refuse to start without a key.
 DUMMY_KEYS = {"OPENAI_API_KEY": "sk-fake-model", "ANTHROPIC_API_KEY": "sk-ant-fake-model"}
+#: Examples whose agent talks to an MCP server: (server script beside this file, url variable).
+MCP_SERVERS = {"plan_mode_guard": ("plan_mode_mcp_server.py", "EXPORT_MCP_URL")}
+
+
+@contextmanager
+def mcp_server(script: Path, marker: Path) -> Iterator[str]:
+    """Run an example MCP server on a free port; yields its URL (the first line it prints)."""
+    process = subprocess.Popen(
+        [sys.executable, str(script), "--port", "0", "--marker", str(marker)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        if not url.startswith("http"):
+            sys.exit(f"{script.name} did not start: {process.stderr.read() if process.stderr else ''}")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 def flowproof_run() -> str:
@@ -64,7 +90,22 @@ def examples(folder: Path, names: list[str]) -> list[tuple[str, Path, Path]]:
 
 def record(spec: Path, script: Path, *, timeout: float = 60.0, quiet: bool = False) -> int:
     """Record one example against a fresh fake model server; returns flowproof-run's exit code."""
-    env = {**os.environ, **DUMMY_KEYS}
+    name = spec.name.removesuffix(".flow.yaml")
+    if name not in MCP_SERVERS:
+        return _record(spec, script, {}, timeout=timeout, quiet=quiet)
+    server_script, variable = MCP_SERVERS[name]
+    with tempfile.TemporaryDirectory(prefix="flowproof-mcp-") as scratch:
+        marker = Path(scratch) / "tool-ran.marker"
+        with mcp_server(spec.parent / server_script, marker) as url:
+            code = _record(spec, script, {variable: url}, timeout=timeout, quiet=quiet)
+        if marker.exists():
+            print(f"{spec.name}: the MCP server ran a tool flowproof should have answered", file=sys.stderr)
+            return 1
+    return code
+
+
+def _record(spec: Path, script: Path, extra_env: dict[str, str], *, timeout: float, quiet: bool) -> int:
+    env = {**os.environ, **DUMMY_KEYS, **extra_env}
     env.pop("FLOWPROOF_UPSTREAM", None)
     with FakeModelServer.from_json(script) as server:
         argv = [flowproof_run(), str(spec), "--record"]

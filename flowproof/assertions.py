@@ -34,7 +34,7 @@ from flowproof.spec.types import (
     Step,
     ToolCallAssertion,
 )
-from flowproof.trajectory import Trajectory
+from flowproof.trajectory import MCP, Trajectory, boundary_of
 
 __all__ = ["AssertionResult", "check_clause", "describe_assertion", "evaluate"]
 
@@ -118,7 +118,9 @@ def _call_ref(pos: int, calls: Sequence[ToolCall]) -> str:
 
 
 def _named_ref(pos: int, calls: Sequence[ToolCall]) -> str:
-    return f"{calls[pos].name} ({_call_ref(pos, calls)})"
+    # A call seen at the MCP boundary says so: the agent sent it, not just the model asked.
+    over = ", over MCP" if boundary_of(calls[pos]) == MCP else ""
+    return f"{calls[pos].name} ({_call_ref(pos, calls)}{over})"
 
 
 def _call_matches(step: ToolCallAssertion, call: ToolCall) -> bool:

@@ -32,6 +32,7 @@ from typing import Any, Literal, cast
 
 from flowproof.commands import GENERIC_RECORD_COMMAND
 from flowproof.errors import CassetteError, CassetteNotFoundError
+from flowproof.mcp import McpExchange, exchange_from_json, exchange_to_json
 from flowproof.model import FinishReason, ResponseView, Turn
 from flowproof.wire import Codec, codec_by_name
 from flowproof.wire.sse import SSEEvent, canonical_raw, encode_events
@@ -130,11 +131,15 @@ class RecordedTurn:
 
 @dataclass(frozen=True, slots=True)
 class Cassette:
-    """A whole cassette: the turns in the order they completed, and the route they took."""
+    """A whole cassette: the turns in the order they completed, and the route they took.
+
+    ``mcp`` holds the recorded MCP exchanges (docs/mcp.md), written only when there are any.
+    """
 
     turns: tuple[RecordedTurn, ...]
     route: Route = "proxy"
     format: int = CASSETTE_FORMAT
+    mcp: tuple[McpExchange, ...] = ()
 
 
 # --------------------------------------------------------------------------- serialization
@@ -213,6 +218,8 @@ def dumps_cassette(cassette: Cassette) -> str:
         "route": cassette.route,
         "turns": [turn_to_json(t) for t in cassette.turns],
     }
+    if cassette.mcp:
+        doc["mcp"] = [exchange_to_json(e) for e in cassette.mcp]
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -321,10 +328,18 @@ class _Reader:
         if route not in _ROUTES:
             raise self.fail("top level", f"route {route!r} is not one of {', '.join(_ROUTES)}")
         turns = self.field(doc, "turns", list, "top level")
+        mcp = doc.get("mcp", [])
+        if not isinstance(mcp, list):
+            raise self.fail("top level", f"`mcp` should be an array, not {_json_type(mcp)}")
+        try:
+            exchanges = tuple(exchange_from_json(e, i) for i, e in enumerate(mcp))
+        except ValueError as e:
+            raise CassetteError(self.path, str(e), "re-record the flow") from None
         return Cassette(
             turns=tuple(self.turn(t, i) for i, t in enumerate(turns)),
             route=cast(Route, route),
             format=fmt,
+            mcp=exchanges,
         )
 
 

@@ -32,6 +32,8 @@ __all__ = [
     "DriftEvent",
     "ErrorEvent",
     "Event",
+    "McpCallEvent",
+    "McpRejectedEvent",
     "Listener",
     "ReadyEvent",
     "RequestStartedEvent",
@@ -271,6 +273,43 @@ class DoneEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class McpCallEvent:
+    """A ``tools/call`` crossed the MCP boundary; ``answered``: flowproof answered it (docs/mcp.md)."""
+
+    NAME: ClassVar[str] = "mcp_call"
+    server: str
+    name: str
+    arguments: str
+    answered: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, "server": self.server, "name": self.name,
+                "arguments": self.arguments, "answered": self.answered}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> McpCallEvent:
+        return cls(_text(obj, "server"), _text(obj, "name"), _text(obj, "arguments") or "{}",
+                   obj.get("answered") is True)
+
+
+@dataclass(frozen=True, slots=True)
+class McpRejectedEvent:
+    """A request to an MCP server was not JSON-RPC 2.0: refused with a JSON-RPC error (a report note)."""
+
+    NAME: ClassVar[str] = "mcp_rejected"
+    id: str
+    server: str
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, "id": self.id, "server": self.server, "text": self.text}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> McpRejectedEvent:
+        return cls(_text(obj, "id"), _text(obj, "server"), _text(obj))
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownEvent:
     """An event this flowproof does not know (written by a newer addon): kept, never judged."""
 
@@ -291,6 +330,8 @@ Event = (
     | TlsFailedEvent
     | ErrorEvent
     | DoneEvent
+    | McpCallEvent
+    | McpRejectedEvent
     | UnknownEvent
 )
 
@@ -306,6 +347,8 @@ _CLASSES: dict[str, Any] = {
         TlsFailedEvent,
         ErrorEvent,
         DoneEvent,
+        McpCallEvent,
+        McpRejectedEvent,
     )
 }
 

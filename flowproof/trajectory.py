@@ -6,17 +6,46 @@ flow is about, a tie goes to the thread carrying the most request text. A side
 conversation (a concurrent title-generation call with its own system prompt)
 can therefore land before or after the main turns without changing the reply.
 
+Tool calls come from two boundaries (docs/mcp.md). At the model boundary a call
+is what the model's response asked for. At the MCP boundary a call is a
+``tools/call`` request the agent sent to an MCP server (`flowproof.mcp.McpCall`),
+whether flowproof answered it or forwarded it. For a tool the agent reaches over
+MCP, the ``tools/call`` is the call: the model's request for it is only an
+attempt (``attempts``), since the agent's own code may still refuse it. The MCP
+calls are placed after the model turn that preceded them.
+
 Pure: no I/O, no provider branching; it reads only `flowproof.model` values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from flowproof.mcp import McpCall
 from flowproof.model import FinishReason, ToolCall, Turn
 
-__all__ = ["Thread", "Trajectory", "build_trajectory"]
+__all__ = ["MCP", "MODEL", "BoundaryCall", "Thread", "Trajectory", "boundary_of", "build_trajectory"]
+
+#: The boundaries a call can cross (reports name them).
+MODEL = "model"
+MCP = "mcp"
+
+
+@dataclass(frozen=True, slots=True)
+class BoundaryCall(ToolCall):
+    """A tool call seen at the MCP boundary: a ``tools/call`` the agent sent to ``server``.
+
+    ``answered`` is True when flowproof answered it from the spec (the server never saw it).
+    """
+
+    server: str = ""
+    answered: bool = False
+
+
+def boundary_of(call: ToolCall) -> str:
+    """The boundary a trajectory call crossed: ``"mcp"`` or ``"model"``."""
+    return MCP if isinstance(call, BoundaryCall) else MODEL
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +70,10 @@ class Trajectory:
     """Everything the assertions read about one run.
 
     ``tool_calls`` lists every tool call of every turn's response in turn-index
-    order (all threads: an assertion on tool calls covers the whole process).
+    order (all threads: an assertion on tool calls covers the whole process),
+    with MCP calls (`BoundaryCall`) after the turn that preceded them; a model
+    request for a tool the agent reaches over MCP is not listed there but in
+    ``attempts``. ``requested`` is every call any model response asked for.
     ``reply`` is the final assistant text of the main thread, or ``None`` when the
     agent has not replied; ``reply_absent_reason`` then says why, in words that
     fit after "the agent has not replied (...)".
@@ -53,6 +85,9 @@ class Trajectory:
     tool_calls: tuple[ToolCall, ...]
     reply: str | None
     reply_absent_reason: str | None = None
+    requested: tuple[ToolCall, ...] = ()
+    attempts: tuple[ToolCall, ...] = ()
+    mcp_tools: frozenset[str] = frozenset()
 
     @property
     def reply_absent(self) -> bool:
@@ -60,8 +95,16 @@ class Trajectory:
         return self.reply is None
 
 
-def build_trajectory(turns: Sequence[Turn]) -> Trajectory:
+def build_trajectory(
+    turns: Sequence[Turn],
+    mcp_calls: Sequence[McpCall] = (),
+    mcp_tools: Collection[str] = (),
+) -> Trajectory:
     """Build the trajectory of a run from its turns (in any order; they are sorted by index).
+
+    ``mcp_calls`` are the ``tools/call`` requests that crossed the MCP boundary, in
+    the order they crossed; ``mcp_tools`` the tools a spec declares under ``mcp:``.
+    A tool in either is an MCP tool: its model requests become attempts.
 
     >>> build_trajectory([]).reply is None
     True
@@ -69,18 +112,32 @@ def build_trajectory(turns: Sequence[Turn]) -> Trajectory:
     ordered = tuple(sorted(turns, key=lambda t: t.index))
     threads = _group_threads(ordered)
     main = _pick_main(threads)
-    tool_calls = tuple(
-        call for turn in ordered if turn.response is not None for call in turn.response.tool_calls
-    )
+    over_mcp = frozenset(mcp_tools) | {c.name for c in mcp_calls}
+    requested: list[ToolCall] = []
+    tool_calls: list[ToolCall] = []
+    pending = sorted(mcp_calls, key=lambda c: c.after_turns)  # stable: crossing order kept
+    for done, turn in enumerate(ordered):
+        tool_calls.extend(_boundary_call(c) for c in pending if c.after_turns == done)
+        if turn.response is not None:
+            requested.extend(turn.response.tool_calls)
+            tool_calls.extend(c for c in turn.response.tool_calls if c.name not in over_mcp)
+    tool_calls.extend(_boundary_call(c) for c in pending if c.after_turns >= len(ordered))
     reply, reason = _reply_of(main)
     return Trajectory(
         turns=ordered,
         threads=threads,
         main=main,
-        tool_calls=tool_calls,
+        tool_calls=tuple(tool_calls),
         reply=reply,
         reply_absent_reason=reason,
+        requested=tuple(requested),
+        attempts=tuple(c for c in requested if c.name in over_mcp),
+        mcp_tools=over_mcp,
     )
+
+
+def _boundary_call(call: McpCall) -> BoundaryCall:
+    return BoundaryCall(call.name, call.arguments_raw, server=call.server, answered=call.answered)
 
 
 def _group_threads(ordered: tuple[Turn, ...]) -> tuple[Thread, ...]:

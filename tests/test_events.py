@@ -75,8 +75,8 @@ class TestRoundTrip:
 class TestLenientReading:
     def test_unknown_event_is_kept(self):
         """An event a newer addon writes is kept as UnknownEvent, not an error."""
-        (event,) = parse_events([{"event": "mcp_call", "tool": "x"}])
-        assert event == UnknownEvent("mcp_call", {"event": "mcp_call", "tool": "x"})
+        (event,) = parse_events([{"event": "newer_addon_event", "tool": "x"}])
+        assert event == UnknownEvent("newer_addon_event", {"event": "newer_addon_event", "tool": "x"})
 
     def test_missing_fields_get_defaults(self):
         """A done event without text or with junk in unconsumed reads as the old dict readers did."""

@@ -32,6 +32,8 @@ PURE_CORE = (
     "flowproof.heal",
     "flowproof.excerpt",
     "flowproof.commands",
+    "flowproof.mcp",
+    "flowproof.guard",
 )
 
 

@@ -190,3 +190,42 @@ class TestOrderIndependence:
         traj = build_trajectory(turns)
         assert traj.reply == "main says done"
         assert [t.index for t in traj.turns] == list(range(len(labels)))
+
+
+class TestMcpBoundary:
+    """Calls that crossed the MCP boundary, and model requests that became attempts."""
+
+    def test_mcp_call_replaces_the_model_request_and_is_placed_after_its_turn(self) -> None:
+        from flowproof.mcp import McpCall
+        from flowproof.trajectory import MCP, MODEL, boundary_of
+
+        traj = build_trajectory(
+            [
+                tool_turn(0, MAIN_SYSTEM, ToolCall("search", "{}"), ToolCall("export", '{"n":1}')),
+                reply_turn(1, MAIN_SYSTEM, "exported"),
+            ],
+            mcp_calls=[McpCall("exports", "export", '{"n": 1}', answered=True, after_turns=1)],
+        )
+        assert [(c.name, boundary_of(c)) for c in traj.tool_calls] == [("search", MODEL), ("export", MCP)]
+        assert [c.name for c in traj.attempts] == ["export"]
+        assert [c.name for c in traj.requested] == ["search", "export"]
+        assert traj.tool_calls[1].arguments == {"n": 1}
+
+    def test_declared_mcp_tool_refused_by_the_agent_is_an_attempt_not_a_call(self) -> None:
+        """The model asked, the agent's code refused: no MCP call, so not called."""
+        traj = build_trajectory(
+            [tool_turn(0, MAIN_SYSTEM, ToolCall("export", "{}")), reply_turn(1, MAIN_SYSTEM, "no")],
+            mcp_tools={"export"},
+        )
+        assert traj.tool_calls == ()
+        assert [c.name for c in traj.attempts] == ["export"]
+        assert traj.mcp_tools == frozenset({"export"})
+
+    def test_mcp_calls_before_any_turn_and_after_the_last(self) -> None:
+        from flowproof.mcp import McpCall
+
+        traj = build_trajectory(
+            [reply_turn(0, MAIN_SYSTEM, "hi")],
+            mcp_calls=[McpCall("s", "a", "{}", False, 0), McpCall("s", "b", "{}", False, 1)],
+        )
+        assert [c.name for c in traj.tool_calls] == ["a", "b"]

@@ -24,6 +24,7 @@ from mitmproxy.addonmanager import Loader
 
 from flowproof.addon.compare import Compare
 from flowproof.addon.eventlog import EventLog
+from flowproof.addon.mcp import McpBoundary
 from flowproof.addon.options import MODES, ROUTES, AddonConfig, Mode, build_config, option_values
 from flowproof.addon.record import Record
 from flowproof.addon.replay import Replay
@@ -31,6 +32,7 @@ from flowproof.addon.shared import Shared, config_record_command, log
 from flowproof.cassette import load_cassette
 from flowproof.errors import FlowproofError, SpecError
 from flowproof.events import Listener, ReadyEvent, TlsFailedEvent
+from flowproof.mcp import parse_route
 from flowproof.replay import Replayer, route_mismatch
 
 __all__ = ["CONCERNS", "OPTION_NAMES", "Flowproof"]
@@ -47,6 +49,7 @@ OPTION_NAMES: tuple[str, ...] = (
     "compare_handler",
     "cwd",
     "home",
+    "mcp",
 )
 _OPTIONS = frozenset(f"flowproof_{n}" for n in OPTION_NAMES)
 
@@ -64,12 +67,14 @@ class Flowproof:
     def __init__(self) -> None:
         self.shared = Shared()
         self.concern: Record | Replay | Compare = Replay(self.shared)
+        self.mcp = McpBoundary(self.shared)
         self._last_error: exceptions.OptionsError | None = None
 
     @property
     def addons(self) -> list[object]:
-        """The children mitmproxy invokes after the root: the mode's concern, then the event log."""
-        return [self.concern, self.shared.events]
+        """The children mitmproxy invokes after the root: the MCP boundary (it claims MCP
+        traffic first), the mode's concern, then the event log."""
+        return [self.mcp, self.concern, self.shared.events]
 
     @property
     def events(self) -> EventLog:
@@ -121,6 +126,10 @@ class Flowproof:
             "flowproof_home", str, "",
             "The agent's HOME, stored as a placeholder in cassettes (default: $HOME when a spec is given).",
         )
+        loader.add_option(
+            "flowproof_mcp", Sequence[str], [],
+            "A spec's MCP server and its real url, as NAME=URL: its declared tools are answered here.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         if not updated & _OPTIONS:
@@ -147,6 +156,10 @@ class Flowproof:
         except (ValueError, FlowproofError) as e:
             raise exceptions.OptionsError(f"Cannot parse {e}") from None
 
+        try:
+            routes = [parse_route(str(v)) for v in values.get("mcp") or ()]
+        except ValueError as e:
+            raise exceptions.OptionsError(f"Cannot parse flowproof_mcp: {e}") from None
         replayer = self._replayer(config) if config.mode is not Mode.RECORD else None
         if config.mode is Mode.RECORD:
             _check_record_target(config)
@@ -159,6 +172,7 @@ class Flowproof:
             old.events.close()
         self.shared = shared
         self.concern = CONCERNS[config.mode](shared)
+        self.mcp = McpBoundary(shared, routes)
 
         # Replay must never dial the real host, and a mapped host may not even resolve:
         # mitmproxy's default (eager) strategy connects upstream at CONNECT time.

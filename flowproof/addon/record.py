@@ -31,7 +31,9 @@ class Record(LiveCalls):
         path = config.cassette
         assert path is not None  # configure refuses record without a cassette
         events = self.shared.events
-        cassette = Cassette(tuple(self.turns), route=config.route)  # type: ignore[arg-type]
+        cassette = Cassette(
+            tuple(self.turns), route=config.route, mcp=tuple(self.shared.mcp_exchanges)  # type: ignore[arg-type]
+        )
         try:
             save_cassette(cassette, path)
         except FlowproofError as e:

@@ -19,6 +19,7 @@ from flowproof.addon.options import AddonConfig
 from flowproof.commands import addon_record_command, record_command
 from flowproof.events import DoneEvent, ErrorEvent, RequestStartedEvent
 from flowproof.redact import redact_url
+from flowproof.mcp import McpExchange
 from flowproof.replay import Replayer
 from flowproof.request_key import PreparedRequest, prepare_request
 from flowproof.wire import Codec, detect, is_model_host, normalize_host
@@ -81,6 +82,8 @@ class Shared:
         self.config = config or AddonConfig()
         self.replayer = replayer
         self.events = EventLog(self.config.report)
+        #: MCP exchanges recorded by the MCP concern, saved by `Record` beside the turns.
+        self.mcp_exchanges: list[McpExchange] = []
 
     def record_command(self) -> str:
         """The command that records this cassette (see `config_record_command`)."""

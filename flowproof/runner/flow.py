@@ -30,7 +30,7 @@ from flowproof.errors import (
     FlowproofError,
     Interrupted,
 )
-from flowproof.events import Event, TurnEvent, parse_events
+from flowproof.events import Event, McpRejectedEvent, TurnEvent, parse_events
 from flowproof.model import Turn
 from flowproof.runner.agents import AgentRun, run_command_agent, run_url_agent
 from flowproof.runner.env import (
@@ -40,11 +40,20 @@ from flowproof.runner.env import (
     ensure_ca,
     interpreter_first_path,
 )
-from flowproof.runner.proxy import ProxySettings, RunningProxy, start_proxy
+from flowproof.runner.mcp import (
+    agent_variables,
+    check_reachable,
+    plan_listeners,
+    proxy_args,
+    replay_environ,
+)
+from flowproof.runner.proxy import ProxySettings, RunningProxy, free_port, start_proxy
 from flowproof.runner.recording import Staging
 from flowproof.spec import FlowSpec, load_spec, resolve_variables
 from flowproof.spec.types import AgentSpec
-from flowproof.trajectory import build_trajectory
+from flowproof.guard import guard_evidence
+from flowproof.mcp import calls_from_events
+from flowproof.trajectory import MCP, boundary_of, build_trajectory
 from flowproof.verdict import StepResult, decide_exit
 from flowproof.wire.providers import reverse_hosts
 
@@ -113,6 +122,8 @@ class FlowResult:
     heal_diff: str | None = None
     rejected: Path | None = None
     notes: tuple[str, ...] = ()
+    #: The evidence behind each assert_no_tool_call (`flowproof.guard.GuardEvidence.to_json`).
+    guards: tuple[dict[str, Any], ...] = ()
     startup_seconds: float | None = None
     duration: float = 0.0
     turns: int = 0
@@ -154,7 +165,12 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
     if options.mode not in MODES:
         raise FlowproofError(f"unknown mode `{options.mode}` — use one of: {', '.join(MODES)}")
     environ = dict(os.environ if options.environ is None else options.environ)
-    spec = resolve_variables(load_spec(spec_path), environ)
+    raw_spec = load_spec(spec_path)
+    # An mcp: url variable left unset at replay gets a placeholder: replay dials no server.
+    replay_env = replay_environ(raw_spec, environ, options.mode)
+    placeholder_env = {k: v for k, v in replay_env.items() if k not in environ}
+    environ = replay_env
+    spec = resolve_variables(raw_spec, environ)
     cassette = options.cassette or spec.cassette
     mode = options.mode
     agent = spec.agent
@@ -181,6 +197,10 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             "fix `agent.cwd` in the spec"
         )
 
+    listeners = plan_listeners(raw_spec, spec, free_port)
+    if mode != "replay":
+        check_reachable(listeners)
+
     ca = ensure_ca(options.ca_dir or default_ca_dir(environ))
     staging = Staging(cassette)
     target = staging.path if mode == "record" else cassette
@@ -204,6 +224,8 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 reverse_hosts=REVERSE_HOSTS if agent.route == "base_url" else (),
                 compare_handler=handler,
                 addon_script=options.addon_script,
+                extra_args=tuple(proxy_args(listeners, agent.route == "base_url")),
+                env=tuple(placeholder_env.items()),
             )
             proxy = start_proxy(settings, timeout=options.proxy_timeout)
             try:
@@ -211,8 +233,9 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 # No request reaches a real provider in replay, nor with a mapped upstream (a local
                 # model or gateway), so an SDK that insists on a key gets a placeholder there.
                 placeholders = mode == "replay" or bool(upstream)
+                agent_environ = {**environ, **agent_variables(listeners)}
                 run = _drive(
-                    proxy, spec.agent, prompts, environ, ca, placeholders, model_hosts, timeout,
+                    proxy, spec.agent, prompts, agent_environ, ca, placeholders, model_hosts, timeout,
                     cancelled=cancel.is_set if cancel is not None else None,
                 )
             finally:
@@ -321,11 +344,14 @@ def _verdict(
 
     def steps() -> tuple[StepResult, ...]:
         turns = trajectory_turns(events)
-        trajectory = build_trajectory(turns)
+        mcp_tools = {t.name for server in spec.mcp for t in server.tools}
+        mcp_calls = calls_from_events([e.to_json() for e in events])
+        trajectory = build_trajectory(turns, mcp_calls, mcp_tools)
         checked.update(
             reply=trajectory.reply,
-            tool_calls=tuple(c.name for c in trajectory.tool_calls),
+            tool_calls=tuple(_call_label(c) for c in trajectory.tool_calls),
             turns=len(turns),
+            guards=tuple(g.to_json() for g in guard_evidence(spec, trajectory)),
         )
         return tuple(
             StepResult(
@@ -352,7 +378,7 @@ def _verdict(
         missing=verdict.missing,
         errors=verdict.errors,
         error=verdict.error,
-        notes=verdict.notes,
+        notes=(*verdict.notes, *(e.text for e in events if isinstance(e, McpRejectedEvent))),
         agent_stdout=run.stdout,
         agent_stderr=run.stderr,
         agent_returncode=run.returncode,
@@ -365,6 +391,11 @@ def _verdict(
     if verdict.recording == "keep":
         return _with(result, heal_diff=staging.keep(result.turns, existing))
     return result
+
+
+def _call_label(call: Any) -> str:
+    """A trajectory call as reports list it: the name, marked when it crossed the MCP boundary."""
+    return f"{call.name} (mcp)" if boundary_of(call) == MCP else str(call.name)
 
 
 def _step_source(step: Any) -> str:

@@ -56,6 +56,8 @@ class ProxySettings:
     compare_handler: str | None = None
     addon_script: Path | None = None
     extra_args: tuple[str, ...] = ()
+    #: Variables added to mitmdump's environment (the spec it loads resolves ${VAR} there).
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def free_port() -> int:
@@ -317,7 +319,7 @@ def start_proxy(settings: ProxySettings, timeout: float = 20.0) -> RunningProxy:
     settings.report.unlink(missing_ok=True)
     stderr_path = scratch_path / "mitmdump.log"
     argv = build_command(settings, script, reverse_ports)
-    env = dict(os.environ)
+    env = {**os.environ, **dict(settings.env)}
     # The proxy itself must reach the upstream directly, never through another proxy
     # (the runner's own environment may carry one).
     for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"):

@@ -140,6 +140,10 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
                 lines.append(f"  reply: {result.reply[:300]!r}")
     for note in result.notes:
         lines.append(f"  note: {note}")
+    for guard in result.guards:
+        lines.append(f"  guard evidence: {_guard_line(guard)}")
+    for warning in guard_warnings(result):
+        lines.append(f"  warning: {warning}")
     if result.heal_diff is not None:
         lines.append("  heal diff (old cassette -> new recording):")
         lines.append(_indent(result.heal_diff or "no change"))
@@ -178,6 +182,19 @@ def summary_table(results: Sequence[FlowResult]) -> str:
         return "  ".join([*cells, row[-1]]).rstrip()
 
     return "\n".join([line(header), *(line(row) for row in rows)])
+
+
+def _guard_line(guard: dict[str, Any]) -> str:
+    offered = "yes" if guard.get("offered") else "no"
+    return (
+        f"{guard.get('assertion')}: offered {offered}, asked {guard.get('asked')}, "
+        f"called {guard.get('called')} ({guard.get('boundary')} boundary)"
+    )
+
+
+def guard_warnings(result: FlowResult) -> list[str]:
+    """The guard evidence warnings of a flow (a passing guard with no recorded attempt)."""
+    return [str(g["warning"]) for g in result.guards if g.get("warning")]
 
 
 def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
@@ -230,6 +247,8 @@ def result_json(result: FlowResult) -> dict[str, Any]:
             "stderr": _tail(result.agent_stderr, 200),
         },
         "notes": list(result.notes),
+        "guards": list(result.guards),
+        "warnings": guard_warnings(result),
         "proxy_startup_seconds": result.startup_seconds,
         "duration_seconds": round(result.duration, 3),
         "next": next_step(result),
@@ -269,12 +288,19 @@ def junit_xml(results: Sequence[FlowResult]) -> str:
             name=f"{r.name} [{r.mode}]",
             time=f"{r.duration:.3f}",
         )
+        warnings = guard_warnings(r)
+        if warnings:
+            # JUnit has no warning element: a property per warning, and the text in system-out.
+            props = ET.SubElement(case, "properties")
+            for warning in warnings:
+                ET.SubElement(props, "property", name="flowproof.warning", value=warning)
         if not r.passed:
             kind = "failure" if r.exit_code in failing else "error"
             node = ET.SubElement(case, kind, message=_verdict_name(r.exit_code), type=f"exit-{r.exit_code}")
             node.text = render_flow(r) + "\n" + next_step(r)
-        if r.agent_stdout:
-            ET.SubElement(case, "system-out").text = _tail(r.agent_stdout, 200)
+        out = "".join(f"warning: {w}\n" for w in warnings) + (_tail(r.agent_stdout, 200) if r.agent_stdout else "")
+        if out:
+            ET.SubElement(case, "system-out").text = out
         if r.agent_stderr:
             ET.SubElement(case, "system-err").text = _tail(r.agent_stderr, 200)
     ET.indent(suite)

@@ -518,7 +518,8 @@ class _Walker:
                              "add `url: <the server's URL>` (${VAR} allowed)")
             tools: tuple[ToolMock, ...] = ()
             if "tools" in entries:
-                tools = self.tool_entries(entries["tools"][1], "`mcp.tools`", need_result=True)
+                # Without `result:` an mcp tool is a declaration only: it passes through (docs/mcp.md).
+                tools = self.tool_entries(entries["tools"][1], "`mcp.tools`", need_result=False)
                 if not tools and not entries["tools"][1].value:
                     self.problem(entries["tools"][1], "an `mcp` entry lists no tools",
                                  "list the tools flowproof should answer")

@@ -40,6 +40,15 @@ class TestBundledExamplesReplay:
         assert flow["tool_calls"] == ["lookup_order"]
         assert "not eligible" in flow["reply"]
 
+    def test_plan_mode_guard_replays_with_no_mcp_server(self, flowproof: Flowproof) -> None:
+        """The MCP guard flow replays offline with no server and no url set; its guard shows an attempt."""
+        ran = flowproof.run(EXAMPLES / "plan_mode_guard.flow.yaml", "--json", cwd=REPO)
+        assert ran.code == 0, ran.output
+        flow = ran.report()["flows"][0]
+        assert flow["tool_calls"] == ["list_rows (mcp)"]
+        [guard] = flow["guards"]
+        assert (guard["asked"], guard["called"], guard["warning"]) == (1, 0, None)
+
     @pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="flowproof is not running in a virtualenv")
     def test_python_in_the_command_is_flowproofs_interpreter(self, tmp_path: Path, flowproof: Flowproof) -> None:
         """`python booking_agent.py` runs under flowproof's virtualenv even when another python is first on PATH."""

@@ -337,7 +337,7 @@ class TestTools:
 
 class TestMcp:
     def test_mcp_problems(self, problems):
-        """Missing url, missing tools and a tool without result are all reported."""
+        """Missing url and missing tools are reported; a tool without result is a declaration."""
         found = problems(with_steps("  - prompt: x\n", """\
 mcp:
   - name: a
@@ -349,8 +349,15 @@ mcp:
         assert [p.split(" — ")[0] for p in found] == [
             "5:5: an `mcp` entry has no `url`",
             "5:5: an `mcp` entry has no `tools`",
-            "9:9: mcp tool `t` has no `result`",
         ]
+
+    def test_mcp_tool_without_result_is_a_declaration(self, load):
+        """An mcp tool with no result passes through to the server but can be asserted on."""
+        spec = load(with_steps(
+            "  - prompt: x\n  - assert_tool_call: list_rows\n",
+            "mcp:\n  - name: s\n    url: http://127.0.0.1:9/mcp\n    tools:\n      - name: list_rows\n",
+        ))
+        assert spec.mcp[0].tools[0].has_result is False
 
     def test_duplicate_server(self, problems):
         """Two servers with one name is an error."""
@@ -644,10 +651,10 @@ class TestExampleSpecs:
         ("booking.flow.yaml", "flight.id equals KQ311", "flight.id matches [KQ", "15:62"),
         ("booking.flow.yaml", "assert_tool_call: create_booking", "assert_tool_call: create_bookng",
          "15:23"),
-        ("plan_mode_guard.flow.yaml", "  env:", "  envv:", "8:3"),
-        ("plan_mode_guard.flow.yaml", "${EXPORT_MCP_URL}", "${EXPORT-MCP}", "12:10"),
+        ("plan_mode_guard.flow.yaml", "  env:", "  envv:", "11:3"),
+        ("plan_mode_guard.flow.yaml", "${EXPORT_MCP_URL}", "${EXPORT-MCP}", "15:10"),
         ("plan_mode_guard.flow.yaml", "assert_no_tool_call: export_to_endpoint",
-         "assert_no_tool_call: export_to_endpont", "18:26"),
+         "assert_no_tool_call: export_to_endpont", "24:26"),
     ])
     def test_broken_copy_fails_with_position(self, tmp_path, name, old, new, where):
         """A broken copy of an example fails with a file:line:col message."""

@@ -68,15 +68,16 @@ class TestFaults:
 
     def test_first_chunk_delay_is_measurable(self) -> None:
         """The first stream event arrives no sooner than first_chunk_delay, headers at once."""
-        with FakeModelServer([Reply.text("a b", first_chunk_delay=0.3)]) as server:
+        with FakeModelServer([Reply.text("a b", first_chunk_delay=1.0)]) as server:
             started = time.monotonic()
             stream = openai_client(server).chat.completions.create(model="m", messages=MESSAGES, stream=True)
             headers_at = time.monotonic() - started
             next(iter(stream))
             first_at = time.monotonic() - started
             stream.close()
-        assert headers_at < 0.25
-        assert first_at >= 0.3
+        # Relative bounds only: a loaded machine slows the headers too, never below the scripted delay.
+        assert first_at >= 1.0
+        assert first_at - headers_at >= 0.9
 
     def test_chunk_delay_spaces_events(self) -> None:
         """chunk_delay puts time between stream events."""

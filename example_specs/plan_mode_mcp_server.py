@@ -1,0 +1,77 @@
+"""The MCP server of the plan-mode guard example, on the official ``mcp`` SDK (Streamable HTTP).
+
+Two tools: ``list_rows`` reads (and is answered by this server), and
+``export_to_endpoint`` writes. The write tool is declared under ``mcp:`` in
+``plan_mode_guard.flow.yaml``, so flowproof answers it and this server never
+runs it; if it ever did, it would leave proof behind: it writes a marker file
+(``--marker PATH``, default ``export-ran.marker`` in the working directory).
+
+    python example_specs/plan_mode_mcp_server.py [--port N] [--marker PATH]
+
+It prints its URL (``http://127.0.0.1:PORT/mcp``) on the first line of stdout
+once it accepts connections; ``--port 0`` (the default) picks a free port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp_types import ToolAnnotations
+
+ROWS = [{"id": i, "region": "EU" if i % 2 else "US", "amount": 10 * i} for i in range(1, 6)]
+
+
+def build_server(marker: Path) -> MCPServer:
+    server = MCPServer("exports")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def list_rows(limit: int = 5) -> dict[str, Any]:
+        """Read up to `limit` rows of the sales table (read-only)."""
+        return {"rows": ROWS[:limit]}
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+    def export_to_endpoint(endpoint: str, rows: int) -> dict[str, Any]:
+        """Export `rows` generated rows to an external endpoint (a write)."""
+        # The side effect a guard flow must prove never happens.
+        marker.write_text(json.dumps({"endpoint": endpoint, "rows": rows}) + "\n")
+        return {"ok": True, "exported": rows, "endpoint": endpoint}
+
+    return server
+
+
+async def serve(port: int, marker: Path) -> None:
+    import uvicorn
+
+    app = build_server(marker).streamable_http_app(host="127.0.0.1")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    config = uvicorn.Config(app, log_level="warning")
+    server = uvicorn.Server(config)
+    # The URL is printed once the socket listens, so a parent can wait for the line.
+    sock.listen(128)
+    print(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
+    await server.serve(sockets=[sock])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--marker", type=Path, default=Path("export-ran.marker"))
+    args = parser.parse_args(argv)
+    try:
+        asyncio.run(serve(args.port, args.marker.resolve()))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
