@@ -53,3 +53,13 @@ class TestExpect:
         """A line the spec language cannot parse raises SpecError naming the problem."""
         with pytest.raises(SpecError, match="where"):
             assert_tool_call(trajectory, "create_booking wher flight.id equals KQ311")
+
+    def test_the_documented_example(self) -> None:
+        """docs/pytest.md's example holds against the bundled booking cassette."""
+        from pathlib import Path
+
+        path = Path(__file__).resolve().parents[1] / "example_specs" / "booking.cassette.json"
+        trajectory = flowproof.cassette_trajectory(flowproof.load_cassette(path))
+        flowproof.assert_tool_call(trajectory, "create_booking where flight.id equals KQ311")
+        flowproof.assert_no_tool_call(trajectory, "issue_refund")
+        assert flowproof.assert_reply(trajectory, "booked").passed
