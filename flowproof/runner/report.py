@@ -23,6 +23,7 @@ from flowproof.errors import (
     EXIT_OK,
     EXIT_USAGE,
 )
+from flowproof.findings import findings
 from flowproof.heal import readable_turns, short_text
 from flowproof.runner.flow import FlowResult
 
@@ -217,6 +218,26 @@ def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
     return "\n\n".join(blocks) + f"\n\n{summary}.\n{last}"
 
 
+def flow_findings(result: FlowResult) -> list[dict[str, Any]]:
+    """The flow's divergences, missing calls, drift, failed steps and error as data
+    (`flowproof.findings`); empty for a pass."""
+    if result.passed:
+        return []
+    return findings(result.events, result.steps, mode=result.mode, error=result.error)
+
+
+def _finding_summary(finding: dict[str, Any]) -> str:
+    """A finding in one line, for a JUnit failure message."""
+    where = [f"turn {finding['turn']}"] if finding["turn"] is not None else []
+    if finding["thread"] is not None:
+        where.append(f"thread {finding['thread']}")
+    if finding["path"]:
+        where.append(str(finding["path"]))
+    head = f"{finding['kind']}" + (f" at {', '.join(where)}" if where else "")
+    first = (finding["message"] or "").splitlines()[:1]
+    return f"{head}: {first[0]}" if first else head
+
+
 def result_json(result: FlowResult) -> dict[str, Any]:
     """A flow as machine-readable JSON."""
     return {
@@ -232,6 +253,7 @@ def result_json(result: FlowResult) -> dict[str, Any]:
             {"passed": s.passed, "source": s.source, "message": s.message, "location": s.location}
             for s in result.steps
         ],
+        "findings": flow_findings(result),
         "divergences": list(result.divergences),
         "drifts": list(result.drifts),
         "missing": result.missing,
@@ -280,6 +302,7 @@ def junit_xml(results: Sequence[FlowResult]) -> str:
         errors=str(errors),
         time=f"{sum(r.duration for r in results):.3f}",
     )
+    suite_warnings: list[str] = []
     for r in results:
         case = ET.SubElement(
             suite,
@@ -289,20 +312,30 @@ def junit_xml(results: Sequence[FlowResult]) -> str:
             time=f"{r.duration:.3f}",
         )
         warnings = guard_warnings(r)
-        if warnings:
-            # JUnit has no warning element: a property per warning, and the text in system-out.
-            props = ET.SubElement(case, "properties")
-            for warning in warnings:
-                ET.SubElement(props, "property", name="flowproof.warning", value=warning)
+        # JUnit has no warning element: a suite property per warning, and the text in
+        # system-out (a testcase may not hold properties in the schema CI systems read).
+        suite_warnings.extend(f"{r.spec_path}: {w}" for w in warnings)
         if not r.passed:
             kind = "failure" if r.exit_code in failing else "error"
             node = ET.SubElement(case, kind, message=_verdict_name(r.exit_code), type=f"exit-{r.exit_code}")
             node.text = render_flow(r) + "\n" + next_step(r)
+            # Then each finding as its own failure: a one-line message, and the finding as
+            # JSON for tools that read more than the first failure.
+            for finding in flow_findings(r):
+                extra = ET.SubElement(
+                    case, kind, message=_finding_summary(finding), type=f"flowproof.{finding['kind']}"
+                )
+                extra.text = json.dumps(finding, ensure_ascii=False, indent=2, default=str)
         out = "".join(f"warning: {w}\n" for w in warnings) + (_tail(r.agent_stdout, 200) if r.agent_stdout else "")
         if out:
             ET.SubElement(case, "system-out").text = out
         if r.agent_stderr:
             ET.SubElement(case, "system-err").text = _tail(r.agent_stderr, 200)
+    if suite_warnings:
+        props = ET.Element("properties")
+        for warning in suite_warnings:
+            ET.SubElement(props, "property", name="flowproof.warning", value=warning)
+        suite.insert(0, props)
     ET.indent(suite)
     # ElementTree escapes markup (<, &, quotes; `]]>` is harmless outside CDATA) but writes
     # control characters raw, which no XML parser accepts: they are made visible instead.

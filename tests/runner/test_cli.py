@@ -75,8 +75,14 @@ class TestRun:
         junit = tmp_path / "out" / "junit.xml"
         res = invoke(run_command, [spec, "--json", "--junit", junit])
         assert res.exit_code == 1
-        assert json.loads(res.output)["flows"][0]["exit_code"] == 1
-        assert "<testcase" in junit.read_text()
+        flow = json.loads(res.output)["flows"][0]
+        assert flow["exit_code"] == 1
+        # The failed steps are data too: their kind and the spec lines they sit on.
+        assert [(f["kind"], f["location"]) for f in flow["findings"]] == [
+            ("assertion", f"{spec}:13:5"),
+            ("assertion", f"{spec}:14:5"),
+        ]
+        assert "<testcase" in junit.read_text() and 'type="flowproof.assertion"' in junit.read_text()
 
     def test_several_flows_in_parallel(self, tmp_path: Path, fake_env) -> None:
         """-j 2 runs two flows and exits with the worst code (here: a missing cassette)."""

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
+from importlib.resources import files
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+import jsonschema
+import pytest
+
 from flowproof.cassette import loads_cassette
-from flowproof.errors import EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_OK
+from flowproof.divergence import Divergence, FieldChange
+from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK
+from flowproof.events import DivergenceEvent, DoneEvent, DriftEvent
 from flowproof.runner.flow import FlowResult
 from flowproof.runner.report import (
     junit_xml,
@@ -138,3 +145,117 @@ class TestShowPrompt:
         user_lines = [line for line in text.splitlines() if line.startswith("  user:")]
         assert user_lines == ["  user: 'Book me a flight to NBO'"]
         assert "tool result (search_flights): 'KQ311 found'" in text
+
+
+# --------------------------------------------------------------------------- structured results
+
+def structured_results() -> list[FlowResult]:
+    """One flow of every outcome, with the events and steps that produced it."""
+    div = Divergence("unmatched", 2, 1, fields=(FieldChange("messages.1.content", "{}", "{}", inner="flight.id"),),
+                     hint="re-record").to_json()
+    drift = {"equal": False, "turn_index": 0, "tool_calls": {"equal": True, "recorded": [], "live": []},
+             "finish_reason": {"equal": True, "recorded": "stop", "live": "stop"},
+             "text": {"status": "different", "recorded": "booked", "live": "sold out"}}
+    failed_step = StepResult(False, "expected create_booking", "b.flow.yaml:9:5", "assert_tool_call: create_booking")
+    return [
+        result(steps=(StepResult(True, "ok", None, "assert: reply contains booked"),),
+               guards=({"assertion": "assert_no_tool_call: issue_refund", "warning": "compliance, not enforcement"},)),
+        result(EXIT_DIVERGENCE, divergences=("request 2 matches no recorded turn",),
+               events=(DivergenceEvent("1", "request 2 matches no recorded turn", div),)),
+        result(EXIT_DIVERGENCE, missing="1 recorded call(s) were never made", events=(DoneEvent((2,)),)),
+        result(EXIT_DRIFT, mode="compare", drifts=("text differs",), events=(DriftEvent("0", "text differs", drift),)),
+        result(EXIT_ASSERTION, steps=(failed_step,)),
+        result(EXIT_AGENT, error="the agent exited with code 1", agent_stdout="\x1b[31mboom\x1b[0m"),
+    ]
+
+
+REPORT_SCHEMA = json.loads(files("flowproof").joinpath("schemas/report.schema.json").read_text())
+
+
+class TestStructuredJson:
+    def test_report_validates_against_the_shipped_schema(self) -> None:
+        """--json of every outcome validates against flowproof/schemas/report.schema.json."""
+        doc = json.loads(render_json(structured_results()))
+        jsonschema.Draft202012Validator.check_schema(REPORT_SCHEMA)
+        jsonschema.Draft202012Validator(REPORT_SCHEMA).validate(doc)
+
+    def test_findings_carry_the_data(self) -> None:
+        """Each failing flow's findings name kind, turn, path and both sides; a pass has none."""
+        flows = json.loads(render_json(structured_results()))["flows"]
+        assert flows[0]["findings"] == []
+        div = flows[1]["findings"][0]
+        assert (div["kind"], div["turn"], div["path"], div["hint"]) == ("divergence", 1, "messages.1.content → flight.id", "re-record")
+        assert [(f["kind"], f["turn"]) for f in flows[2]["findings"]] == [("missing", 2)]
+        drift = flows[3]["findings"][0]
+        assert (drift["kind"], drift["path"], drift["recorded"], drift["live"]) == ("drift", "text", "booked", "sold out")
+        assert flows[4]["findings"][0]["location"] == "b.flow.yaml:9:5"
+        assert flows[5]["findings"][0]["kind"] == "error"
+
+    def test_the_schema_refuses_a_finding_without_its_fields(self) -> None:
+        """The schema is strict: a finding missing `path` does not validate."""
+        doc = json.loads(render_json(structured_results()))
+        del doc["flows"][1]["findings"][0]["path"]
+        with pytest.raises(jsonschema.ValidationError, match="path"):
+            jsonschema.validate(doc, REPORT_SCHEMA)
+
+
+#: The JUnit XML shape CI systems read (Jenkins, GitLab, the surefire/xunit2 family),
+#: written down as rules: which elements go where and which attributes they may carry.
+_SUITE_ATTRS = {"name", "tests", "failures", "errors", "group", "time", "skipped", "timestamp",
+                "hostname", "id", "package", "file", "log", "url", "version"}
+_CASE_ATTRS = {"name", "time", "classname", "group"}
+_TIME = re.compile(r"^(([0-9]{0,3},)*[0-9]{3}|[0-9]{0,3})*(\.[0-9]{0,3})?$")
+
+
+def junit_problems(text: str) -> list[str]:
+    """Every way ``text`` departs from the JUnit shape; empty when it conforms."""
+    root = ET.fromstring(text)
+    suites = [root] if root.tag == "testsuite" else list(root) if root.tag == "testsuites" else []
+    problems = [] if suites else [f"root element <{root.tag}>"]
+    for suite in suites:
+        problems += [f"testsuite lacks {a}" for a in ("name", "tests", "failures", "errors") if a not in suite.attrib]
+        problems += [f"testsuite has {a}" for a in set(suite.attrib) - _SUITE_ATTRS]
+        if "time" in suite.attrib and not _TIME.match(suite.attrib["time"]):
+            problems.append(f"testsuite time {suite.attrib['time']!r}")
+        cases = [c for c in suite if c.tag == "testcase"]
+        problems += [f"<{c.tag}> in testsuite" for c in suite if c.tag not in ("testcase", "properties", "system-out", "system-err")]
+        for props in suite.iter("properties"):
+            problems += [f"property lacks {a}" for p in props for a in ("name", "value") if a not in p.attrib]
+        for case in cases:
+            problems += [f"testcase has {a}" for a in set(case.attrib) - _CASE_ATTRS]
+            if "name" not in case.attrib:
+                problems.append("testcase without name")
+            for child in case:
+                if child.tag not in ("skipped", "error", "failure", "system-out", "system-err"):
+                    problems.append(f"<{child.tag}> in testcase {case.get('name')}")
+                if child.tag in ("failure", "error", "skipped"):
+                    problems += [f"<{child.tag}> has {a}" for a in set(child.attrib) - {"type", "message"}]
+        counts = {"tests": len(cases),
+                  "failures": sum(1 for c in cases if c.find("failure") is not None),
+                  "errors": sum(1 for c in cases if c.find("error") is not None)}
+        problems += [f"{k}={suite.get(k)} but {v} found" for k, v in counts.items() if suite.get(k) != str(v)]
+    return problems
+
+
+class TestStructuredJunit:
+    def test_junit_has_the_shape_ci_reads(self) -> None:
+        """The JUnit file of every outcome (guard warnings included) conforms to the JUnit shape."""
+        assert junit_problems(junit_xml(structured_results())) == []
+
+    def test_the_shape_check_catches_a_property_in_a_testcase(self) -> None:
+        """The checker is not blind: a testcase holding <properties> is reported."""
+        bad = '<testsuite name="s" tests="1" failures="0" errors="0"><testcase name="c"><properties/></testcase></testsuite>'
+        assert junit_problems(bad) == ["<properties> in testcase c"]
+
+    def test_each_finding_is_a_failure_with_its_data(self) -> None:
+        """After the readable report, each finding is a <failure> typed by kind whose text is the
+        finding as JSON (what --json carries)."""
+        results = structured_results()
+        suite = ET.fromstring(junit_xml(results))
+        case = suite.findall("testcase")[1]
+        first, *extra = case.findall("failure")
+        assert first.get("message") == "replay divergence" and "matches no recorded turn" in (first.text or "")
+        assert [e.get("type") for e in extra] == ["flowproof.divergence"]
+        assert extra[0].get("message", "").startswith("divergence at turn 1, messages.1.content → flight.id:")
+        assert json.loads(extra[0].text or "") == json.loads(render_json(results))["flows"][1]["findings"][0]
+        assert [e.get("type") for e in suite.findall("testcase")[5].findall("error")] == ["exit-5", "flowproof.error"]
