@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowproof.model import ToolCall
-from flowproof.spec.clauses import compile_pattern
+from flowproof.spec.patterns import PatternTimeout, compile_bounded
 from flowproof.spec.paths import resolve_path
 from flowproof.spec.types import (
     Clause,
@@ -296,11 +296,19 @@ def check_clause(clause: Clause, call: ToolCall) -> ClauseCheck:
     pattern = clause.pattern
     if pattern is None:
         try:
-            pattern = compile_pattern(expected)
+            pattern = compile_bounded(expected)
         except ValueError as exc:
             return ClauseCheck(clause, False, f"{path}: the pattern is invalid: {exc}")
     text = actual if isinstance(actual, str) else _json_text(actual)
-    ok = pattern.search(text) is not None
+    try:
+        ok = pattern.search(text)
+    except PatternTimeout as exc:
+        # A hostile pattern must not hang the run: it fails here, naming the clause.
+        return ClauseCheck(
+            clause, False,
+            f"{clause.location}: `{path} matches` gave up: {exc} — the pattern backtracks "
+            "catastrophically (nested repeats such as (a+)+ or (a|aa)+); rewrite it",
+        )
     return ClauseCheck(
         clause, ok, f"{path} is {_show(actual)}, which does not match /{pattern.pattern}/"
     )

@@ -1,37 +1,56 @@
-"""Recorded vs live: how a live model response differs from the recorded one.
+"""Recorded vs live: the verdict on each live call, and the report of a whole compare run.
 
-Seed "compare-never-writes": compare is a read plus a report. Equal means the same
-tool-call trajectory (names and canonical JSON arguments, in order), the same
-unified finish reason (the provider's raw reason churns and is not compared), and
-text no worse than ``normalized`` (equal after trim, whitespace collapse,
-lowercase). No similarity scores: every verdict is a fact a reviewer can check.
+Compare is a read plus a report (docs/compare.md). Equal means the same tool-call
+trajectory (names and arguments as canonical JSON with sorted keys, in order),
+the same unified finish reason (the provider's raw reason churns and is not
+compared), and text no worse than ``normalized`` (equal after trim, whitespace
+collapse, lowercase). No similarity scores: every verdict is a fact a reviewer
+can check, and every difference is named as ``path: recorded X, live Y``.
+
+Which recorded turn a live call is judged against is `flowproof.pairing`'s job;
+this module judges a pair, and says so for a live call with no recorded
+counterpart (``extra``) or a recorded turn no live call reached (``missing``).
 Nothing here touches a cassette.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from flowproof.divergence import ABSENT, diff_fields, format_pair
 from flowproof.errors import EXIT_DRIFT, FlowFailure
-from flowproof.model import FinishReason, ResponseView
+from flowproof.model import FinishReason, ResponseView, ToolCall
 
 __all__ = [
     "CassetteDriftError",
     "CompareResult",
+    "Difference",
     "FinishReasonComparison",
+    "RequestContext",
+    "ResultKind",
     "TextComparison",
+    "TextStatus",
     "classify_text",
     "compare_responses",
+    "extra_result",
+    "first_drift",
+    "junit_cases",
+    "missing_result",
     "record_on_span",
     "report_comparison",
+    "report_json",
+    "report_lines",
 ]
 
 TextStatus = Literal["exact", "normalized", "different"]
+#: ``paired``: a live call judged against its recorded turn; ``extra``: a live call with no
+#: recorded counterpart; ``missing``: a recorded turn no live call reached.
+ResultKind = Literal["paired", "extra", "missing"]
 
-# Excerpts in render(): enough to recognise the prose, short enough to read.
+# Excerpts of unpaired responses: enough to recognise the prose, short enough to read.
 _EXCERPT = 120
 
 
@@ -39,79 +58,180 @@ _EXCERPT = 120
 class TextComparison:
     """The text class: ``exact``, ``normalized`` or ``different``.
 
-    ``normalized`` means equal after trim, whitespace collapse and lowercase.
+    ``normalized`` means equal after trim, whitespace collapse and lowercase. An
+    unpaired result has no class: ``status`` is None and the absent side is None.
     """
 
-    status: TextStatus
-    recorded: str
-    live: str
+    status: TextStatus | None
+    recorded: str | None
+    live: str | None
 
 
 @dataclass(frozen=True, slots=True)
 class FinishReasonComparison:
-    """The unified finish reasons of both sides (raw provider reasons are deliberately absent)."""
+    """The unified finish reasons of both sides (raw provider reasons are deliberately absent).
 
-    recorded: FinishReason
-    live: FinishReason
+    A side is None when the result is unpaired.
+    """
+
+    recorded: FinishReason | None
+    live: FinishReason | None
 
     @property
     def equal(self) -> bool:
-        """True when both turns ended the same way."""
-        return self.recorded == self.live
+        """True when both turns exist and ended the same way."""
+        return self.recorded is not None and self.recorded == self.live
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One field that differs: ``path: recorded X, live Y``.
+
+    ``path`` is dotted over the response as flowproof reads it: ``tool_calls.0.name``,
+    ``tool_calls.0.arguments.flight.id`` (arguments are parsed JSON, so a
+    reordered key is never a difference), ``finish_reason``, ``text``. A side
+    where the field does not exist holds `flowproof.divergence.ABSENT`.
+    """
+
+    path: str
+    recorded: Any = ABSENT
+    live: Any = ABSENT
+
+    def render(self) -> str:
+        """``path: recorded X, live Y``, long values cut around their first difference."""
+        # format_pair shows an ABSENT side as "(absent)".
+        rec, live = format_pair(self.recorded, self.live)
+        return f"{self.path}: recorded {rec}, live {live}"
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; an absent side is left out."""
+        out: dict[str, Any] = {"path": self.path}
+        if self.recorded is not ABSENT:
+            out["recorded"] = self.recorded
+        if self.live is not ABSENT:
+            out["live"] = self.live
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Difference:
+        """The inverse of `to_json`."""
+        return cls(str(obj["path"]), obj.get("recorded", ABSENT), obj.get("live", ABSENT))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """The request side of a thread's first live call, set against the recording.
+
+    Context, never verdict: when the agent's first request differs (an edited
+    prompt, a new tool), a difference in the responses may be the agent's doing,
+    not the model's. ``envelope`` holds the envelope lines (model, tools, roles),
+    ``fields`` the request body's differing leaves; ``turn`` is the recorded turn
+    the request was set against.
+    """
+
+    thread: int
+    turn: int
+    envelope: tuple[str, ...]
+    fields: tuple[Difference, ...]
+    note: str = "the agent changed, not only the model"
+
+    def lines(self, limit: int = 12) -> list[str]:
+        """The note, then ``- `` bullets: the envelope first, then up to ``limit`` fields."""
+        head = f"{self.note}: the first request of thread {self.thread} differs from recorded"
+        out = [f"{head} turn {self.turn}"]
+        out += [f"- {e}" for e in self.envelope]
+        out += [f"- {f.render()}" for f in self.fields[:limit]]
+        if len(self.fields) > limit:
+            out.append(f"- and {len(self.fields) - limit} more request field changes")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return {
+            "note": self.note,
+            "thread": self.thread,
+            "turn": self.turn,
+            "envelope": list(self.envelope),
+            "fields": [f.to_json() for f in self.fields],
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> RequestContext:
+        """The inverse of `to_json`."""
+        return cls(
+            thread=int(obj["thread"]),
+            turn=int(obj["turn"]),
+            envelope=tuple(str(e) for e in obj["envelope"]),
+            fields=tuple(Difference.from_json(f) for f in obj["fields"]),
+            note=str(obj["note"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class CompareResult:
-    """The verdict on one live response against its recorded turn.
+    """The verdict on one place in the conversation.
 
-    ``recorded_tool_calls``/``live_tool_calls`` are ``(name, canonical JSON arguments)`` pairs.
+    ``turn`` is the recorded turn's index (None for ``extra``), ``live_call`` the
+    live call's index in completion order (None for ``missing``); ``thread``
+    numbers the recording's threads by their first turn, and ``depth`` is how many
+    messages/items the request carried. ``recorded_tool_calls``/``live_tool_calls``
+    are ``(name, canonical JSON arguments)`` pairs. ``differences`` names every
+    differing field of a paired result; ``reason`` says why an unpaired one is.
     """
 
+    kind: ResultKind
     equal: bool
-    turn_index: int
+    turn: int | None
+    live_call: int | None
+    thread: int
+    depth: int
     tool_calls_equal: bool
     recorded_tool_calls: tuple[tuple[str, str], ...]
     live_tool_calls: tuple[tuple[str, str], ...]
     finish_reason: FinishReasonComparison
     text: TextComparison
+    differences: tuple[Difference, ...] = ()
+    reason: str | None = None
+    context: RequestContext | None = field(default=None)
+
+    def place(self) -> str:
+        """Where this result is: ``turn 2 (thread 0, depth 4)``, or the live call for an extra."""
+        where = f"thread {self.thread}, depth {self.depth}"
+        if self.turn is None:
+            return f"live call {self.live_call} ({where})"
+        return f"turn {self.turn} ({where})"
 
     def render(self) -> str:
-        """Readable lines naming what diverged: a tool call, the finish reason, the text."""
+        """Readable lines: the verdict, then ``- path: recorded X, live Y`` per difference."""
+        if self.kind == "extra":
+            lines = [f"{self.place()}: extra — {self.reason}"]
+            lines += [f"- live: {s}" for s in _summary(self.live_tool_calls, self.text.live)]
+            return "\n".join(lines)
+        if self.kind == "missing":
+            lines = [f"{self.place()}: missing — {self.reason}"]
+            lines += [
+                f"- recorded: {s}" for s in _summary(self.recorded_tool_calls, self.text.recorded)
+            ]
+            return "\n".join(lines)
+        finish = self.finish_reason
         if self.equal:
-            return (
-                f"turn {self.turn_index}: the live response matches the recording"
-                f" (text: {self.text.status})"
-            )
-        lines = [f"turn {self.turn_index}: the live response drifted from the recording"]
-        if not self.tool_calls_equal:
-            lines.append("  tool calls differ:")
-            rec, live = self.recorded_tool_calls, self.live_tool_calls
-            for i in range(max(len(rec), len(live))):
-                r = rec[i] if i < len(rec) else None
-                lv = live[i] if i < len(live) else None
-                if r == lv:
-                    continue
-                shown_r, shown_lv = _show_calls(r, lv)
-                lines.append(f"    call {i + 1}: recorded {shown_r}, live {shown_lv}")
-        if not self.finish_reason.equal:
-            lines.append(
-                f"  finish reason: recorded {self.finish_reason.recorded.value},"
-                f" live {self.finish_reason.live.value}"
-            )
-        if self.text.status == "different":
-            rec_text, live_text = _excerpts(self.text.recorded, self.text.live)
-            lines.append("  text differs:")
-            lines.append(f"    recorded: {json.dumps(rec_text, ensure_ascii=False)}")
-            lines.append(f"    live:     {json.dumps(live_text, ensure_ascii=False)}")
-        else:
-            lines.append(f"  text: {self.text.status}")
+            shown = finish.live.value if finish.live else "?"
+            return f"{self.place()}: equal (finish reason {shown}, text {self.text.status})"
+        lines = [f"{self.place()}: the live response differs from the recording"]
+        lines += [f"- {d.render()}" for d in self.differences]
+        if self.text.status != "different":
+            lines.append(f"- text: {self.text.status}")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict for reports and the event log; ``text.status`` is always present."""
+        """A JSON-ready dict for reports, handlers and the event log; ``text.status`` is always there."""
         return {
+            "kind": self.kind,
             "equal": self.equal,
-            "turn_index": self.turn_index,
+            "turn": self.turn,
+            "live_call": self.live_call,
+            "thread": self.thread,
+            "depth": self.depth,
             "tool_calls": {
                 "equal": self.tool_calls_equal,
                 "recorded": [{"name": n, "arguments": a} for n, a in self.recorded_tool_calls],
@@ -119,15 +239,48 @@ class CompareResult:
             },
             "finish_reason": {
                 "equal": self.finish_reason.equal,
-                "recorded": self.finish_reason.recorded.value,
-                "live": self.finish_reason.live.value,
+                "recorded": _value(self.finish_reason.recorded),
+                "live": _value(self.finish_reason.live),
             },
             "text": {
                 "status": self.text.status,
                 "recorded": self.text.recorded,
                 "live": self.text.live,
             },
+            "differences": [d.to_json() for d in self.differences],
+            "reason": self.reason,
+            "context": self.context.to_json() if self.context else None,
         }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> CompareResult:
+        """The inverse of `to_json`: the runner rebuilds results from the proxy's event log.
+
+        Raises KeyError/ValueError/TypeError on a dict `to_json` did not make.
+        """
+        calls, finish, text = obj["tool_calls"], obj["finish_reason"], obj["text"]
+        kind = obj["kind"]
+        if kind not in ("paired", "extra", "missing"):
+            raise ValueError(f"unknown compare result kind {kind!r}")
+        context = obj.get("context")
+        return cls(
+            kind=kind,
+            equal=bool(obj["equal"]),
+            turn=obj["turn"],
+            live_call=obj["live_call"],
+            thread=int(obj["thread"]),
+            depth=int(obj["depth"]),
+            tool_calls_equal=bool(calls["equal"]),
+            recorded_tool_calls=tuple((c["name"], c["arguments"]) for c in calls["recorded"]),
+            live_tool_calls=tuple((c["name"], c["arguments"]) for c in calls["live"]),
+            finish_reason=FinishReasonComparison(
+                _reason(finish["recorded"]), _reason(finish["live"])
+            ),
+            text=TextComparison(text["status"], text["recorded"], text["live"]),
+            differences=tuple(Difference.from_json(d) for d in obj["differences"]),
+            reason=obj.get("reason"),
+            context=RequestContext.from_json(context) if context else None,
+        )
 
 
 class CassetteDriftError(FlowFailure):
@@ -149,28 +302,98 @@ def classify_text(recorded: str, live: str) -> TextComparison:
     return TextComparison(status, recorded, live)
 
 
-def compare_responses(recorded: ResponseView, live: ResponseView, turn_index: int) -> CompareResult:
-    """Compare a live response with the recorded one for turn ``turn_index``; pure, never writes."""
-    rec_calls = tuple((c.name, c.canonical_arguments()) for c in recorded.tool_calls)
-    live_calls = tuple((c.name, c.canonical_arguments()) for c in live.tool_calls)
+def compare_responses(
+    recorded: ResponseView,
+    live: ResponseView,
+    *,
+    turn: int,
+    live_call: int | None = None,
+    thread: int = 0,
+    depth: int = 0,
+    context: RequestContext | None = None,
+) -> CompareResult:
+    """Judge a live response against the recorded one for ``turn``; pure, never writes."""
+    rec_calls = _calls(recorded.tool_calls)
+    live_calls = _calls(live.tool_calls)
     finish = FinishReasonComparison(recorded.finish_reason, live.finish_reason)
     text = classify_text(recorded.text, live.text)
+    differences = _tool_call_differences(recorded.tool_calls, live.tool_calls)
+    if not finish.equal:
+        differences.append(
+            Difference("finish_reason", recorded.finish_reason.value, live.finish_reason.value)
+        )
+    if text.status == "different":
+        differences.append(Difference("text", recorded.text, live.text))
     tool_calls_equal = rec_calls == live_calls
     return CompareResult(
+        kind="paired",
         equal=tool_calls_equal and finish.equal and text.status != "different",
-        turn_index=turn_index,
+        turn=turn,
+        live_call=live_call,
+        thread=thread,
+        depth=depth,
         tool_calls_equal=tool_calls_equal,
         recorded_tool_calls=rec_calls,
         live_tool_calls=live_calls,
         finish_reason=finish,
         text=text,
+        differences=tuple(differences),
+        context=context,
+    )
+
+
+def extra_result(
+    live: ResponseView,
+    *,
+    live_call: int,
+    thread: int,
+    depth: int,
+    reason: str,
+    context: RequestContext | None = None,
+) -> CompareResult:
+    """A live call with no recorded counterpart: drift, never equal."""
+    return CompareResult(
+        kind="extra",
+        equal=False,
+        turn=None,
+        live_call=live_call,
+        thread=thread,
+        depth=depth,
+        tool_calls_equal=False,
+        recorded_tool_calls=(),
+        live_tool_calls=_calls(live.tool_calls),
+        finish_reason=FinishReasonComparison(None, live.finish_reason),
+        text=TextComparison(None, None, live.text),
+        reason=reason,
+        context=context,
+    )
+
+
+def missing_result(
+    recorded: ResponseView, *, turn: int, thread: int, depth: int, reason: str
+) -> CompareResult:
+    """A recorded turn that no live call reached by the end of the run: drift, never equal."""
+    return CompareResult(
+        kind="missing",
+        equal=False,
+        turn=turn,
+        live_call=None,
+        thread=thread,
+        depth=depth,
+        tool_calls_equal=False,
+        recorded_tool_calls=_calls(recorded.tool_calls),
+        live_tool_calls=(),
+        finish_reason=FinishReasonComparison(recorded.finish_reason, None),
+        text=TextComparison(None, recorded.text, None),
+        reason=reason,
     )
 
 
 def record_on_span(result: CompareResult) -> None:
     """Set ``flowproof.compare_equal``/``compare_text_status`` on the current OpenTelemetry span.
 
-    A no-op when ``opentelemetry`` is not installed or no span is recording.
+    A no-op when ``opentelemetry`` is not installed or no span is recording. An
+    unpaired result has no text class, so only ``compare_equal`` is set for it.
     """
     try:
         # Lazy: OpenTelemetry is an optional extra and most runs never need it.
@@ -181,7 +404,8 @@ def record_on_span(result: CompareResult) -> None:
     if not span.is_recording():
         return
     span.set_attribute("flowproof.compare_equal", result.equal)
-    span.set_attribute("flowproof.compare_text_status", result.text.status)
+    if result.text.status is not None:
+        span.set_attribute("flowproof.compare_text_status", result.text.status)
 
 
 def report_comparison(
@@ -189,8 +413,8 @@ def report_comparison(
 ) -> None:
     """Hand ``result`` to ``handler``, or raise `CassetteDriftError` when it is not equal.
 
-    Mirrors the seed's ``reportComparison``: the span attribute first, then the
-    handler if one is registered (it receives equal results too), else drift fails.
+    The span attribute first, then the handler if one is registered (it receives
+    every result, equal or not, paired or not, and decides), else drift fails.
     """
     record_on_span(result)
     if handler is not None:
@@ -200,35 +424,145 @@ def report_comparison(
         raise CassetteDriftError(result)
 
 
+# --------------------------------------------------------------------------- report helpers
+
+
+def first_drift(results: Sequence[CompareResult]) -> CompareResult | None:
+    """The first unequal result in the order given (live completion order, missing last)."""
+    return next((r for r in results if not r.equal), None)
+
+
+def report_lines(results: Sequence[CompareResult]) -> list[str]:
+    """The compare section of a text report.
+
+    A count line, one line per result (turn, thread, equal, finish reason, text
+    status), every request-side note, the first drift in full and the later
+    drifts counted: a later drift may follow from the first, so it is not
+    explained as if it stood alone.
+    """
+    drifts = [r for r in results if not r.equal]
+    kinds = {k: sum(1 for r in drifts if r.kind == k) for k in ("paired", "extra", "missing")}
+    head = f"compare: {len(results)} result(s), {len(results) - len(drifts)} equal, {len(drifts)} drifted"
+    if drifts:
+        head += f" ({kinds['paired']} changed, {kinds['extra']} extra, {kinds['missing']} missing)"
+    lines = [head]
+    lines += [f"  {_row(r)}" for r in results]
+    for context in (r.context for r in results if r.context is not None):
+        lines += ["  " + line for line in context.lines()]
+    first = first_drift(results)
+    if first is not None:
+        lines.append("first drift:")
+        lines += ["  " + line for line in first.render().splitlines()]
+        later = len(drifts) - 1
+        if later:
+            lines.append(
+                f"{later} later drift(s), listed above and not detailed: they may follow from"
+                " the first; fix it and compare again"
+            )
+    return lines
+
+
+def report_json(results: Sequence[CompareResult]) -> dict[str, Any]:
+    """The compare section of a JSON report: the structured results, not prose."""
+    first = first_drift(results)
+    return {
+        "equal": first is None,
+        "results": [r.to_json() for r in results],
+        "first_drift": results.index(first) if first is not None else None,
+        "drifts": sum(1 for r in results if not r.equal),
+    }
+
+
+def junit_cases(results: Sequence[CompareResult]) -> list[dict[str, Any]]:
+    """One JUnit-ready testcase per result: ``name``, ``passed``, and for drift ``message``/``text``."""
+    cases: list[dict[str, Any]] = []
+    for r in results:
+        case: dict[str, Any] = {"name": f"{r.place()} [{r.kind}]", "passed": r.equal}
+        if not r.equal:
+            case["message"] = r.render().splitlines()[0]
+            case["text"] = r.render()
+        cases.append(case)
+    return cases
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _row(r: CompareResult) -> str:
+    """One result as a report line: where, thread, depth, equal, finish reason, text status."""
+    where = f"turn {r.turn}" if r.turn is not None else f"live call {r.live_call}"
+    equal = "equal true" if r.equal else f"equal false ({r.kind})"
+    fr = r.finish_reason
+    if fr.recorded is not None and fr.live is not None and not fr.equal:
+        finish = f"recorded {fr.recorded.value}, live {fr.live.value}"
+    elif fr.recorded is None:
+        finish = f"live {_value(fr.live)}"
+    elif fr.live is None:
+        finish = f"recorded {fr.recorded.value}"
+    else:
+        finish = fr.live.value
+    return (
+        f"{where} | thread {r.thread} | depth {r.depth} | {equal}"
+        f" | finish reason {finish} | text {r.text.status or '-'}"
+    )
+
+
+def _reason(value: str | None) -> FinishReason | None:
+    return FinishReason(value) if value is not None else None
+
+
+def _value(reason: FinishReason | None) -> str | None:
+    return reason.value if reason is not None else None
+
+
 def _normalize_text(text: str) -> str:
     # str.split() with no argument trims and collapses every run of whitespace at once.
     return " ".join(text.split()).lower()
 
 
-def _show_calls(recorded: tuple[str, str] | None, live: tuple[str, str] | None) -> tuple[str, str]:
-    """Both calls for display; long arguments are cut around where they first differ."""
-    rec_args, live_args = _excerpts(recorded[1] if recorded else "", live[1] if live else "")
-    return (
-        f"{recorded[0]} {rec_args}" if recorded else "(no call)",
-        f"{live[0]} {live_args}" if live else "(no call)",
-    )
+def _calls(calls: Sequence[ToolCall]) -> tuple[tuple[str, str], ...]:
+    return tuple((c.name, c.canonical_arguments()) for c in calls)
 
 
-def _excerpts(a: str, b: str) -> tuple[str, str]:
-    """Cut two long texts to the same window around their first difference.
+def _call_value(call: ToolCall) -> dict[str, Any]:
+    return {"name": call.name, "arguments": call.arguments if call.is_json else call.arguments_raw}
 
-    Cutting each from its start would show two identical excerpts whenever the
-    texts only differ past the cut, which hides the very drift being reported.
-    """
-    if len(a) <= _EXCERPT and len(b) <= _EXCERPT:
-        return a, b
-    # Equal texts (the calls differ by name only) are shown from their start.
-    same = min(len(a), len(b)) if a != b else 0
-    at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), same)
-    start = max(0, at - _EXCERPT // 3)
 
-    def cut(text: str) -> str:
-        end = start + _EXCERPT
-        return ("…" if start > 0 else "") + text[start:end] + ("…" if end < len(text) else "")
+def _tool_call_differences(
+    recorded: Sequence[ToolCall], live: Sequence[ToolCall]
+) -> list[Difference]:
+    """Per position: a whole call added/removed/renamed, or the argument leaves that moved."""
+    out: list[Difference] = []
+    for i in range(max(len(recorded), len(live))):
+        base = f"tool_calls.{i}"
+        if i >= len(live):
+            out.append(Difference(base, _call_value(recorded[i]), ABSENT))
+        elif i >= len(recorded):
+            out.append(Difference(base, ABSENT, _call_value(live[i])))
+        elif recorded[i].name != live[i].name:
+            # Another tool: its arguments against the old tool's would be noise.
+            out.append(Difference(base, _call_value(recorded[i]), _call_value(live[i])))
+        elif recorded[i].canonical_arguments() != live[i].canonical_arguments():
+            out += _argument_differences(f"{base}.arguments", recorded[i], live[i])
+    return out
 
-    return cut(a), cut(b)
+
+def _argument_differences(path: str, recorded: ToolCall, live: ToolCall) -> list[Difference]:
+    if not (recorded.is_json and live.is_json):
+        # Arguments that do not parse: a field-level answer would be half a truth.
+        return [Difference(path, recorded.arguments_raw, live.arguments_raw)]
+    out = []
+    for change in diff_fields(recorded.arguments, live.arguments):
+        where = f"{path}.{change.path}" if change.path else path
+        if change.inner:
+            where += f" → {change.inner}"
+        out.append(Difference(where, change.recorded, change.replayed))
+    return out
+
+
+def _summary(calls: tuple[tuple[str, str], ...], text: str | None) -> list[str]:
+    out = [f"tool call {name} {args}" for name, args in calls]
+    if text:
+        shown = text if len(text) <= _EXCERPT else text[:_EXCERPT] + "…"
+        out.append(f"text {json.dumps(shown, ensure_ascii=False)}")
+    return out or ["no tool call and no text"]

@@ -33,6 +33,7 @@ __all__ = [
     "DivergenceKind",
     "FieldChange",
     "explain_miss",
+    "format_pair",
     "format_value",
 ]
 
@@ -213,6 +214,11 @@ def _window(text: str, at: int) -> str:
     return window(text, max(0, at - _BEFORE), _WIDTH)
 
 
+def format_pair(recorded: Any, other: Any) -> tuple[str, str]:
+    """Two values as a report shows them side by side, long ones cut around their first difference."""
+    return _pair(recorded, other)
+
+
 def _pair(recorded: Any, replayed: Any) -> tuple[str, str]:
     """Both sides for display; long values are trimmed around their first difference."""
     if isinstance(recorded, str) and isinstance(replayed, str):
@@ -316,11 +322,16 @@ def _names(items: Sequence[str]) -> str:
     return ", ".join(items)
 
 
-def envelope_changes(recorded: RequestView, replayed: RequestView) -> list[str]:
-    """Envelope differences as report lines: model, then tools by name, then message roles."""
+def envelope_changes(
+    recorded: RequestView, replayed: RequestView, *, other: str = "replayed"
+) -> list[str]:
+    """Envelope differences as report lines: model, then tools by name, then message roles.
+
+    ``other`` names the side compared with the recording ("live" in compare mode).
+    """
     lines: list[str] = []
     if recorded.model != replayed.model:
-        lines.append(f"model: recorded {_plain(recorded.model)}, replayed {_plain(replayed.model)}")
+        lines.append(f"model: recorded {_plain(recorded.model)}, {other} {_plain(replayed.model)}")
     added = [t for t in replayed.tools if t not in recorded.tools]
     removed = [t for t in recorded.tools if t not in replayed.tools]
     if added:
@@ -332,13 +343,13 @@ def envelope_changes(recorded: RequestView, replayed: RequestView) -> list[str]:
     if not added and not removed and recorded.tools != replayed.tools:
         lines.append(
             f"tool order changed: recorded {_names(recorded.tools)}; "
-            f"replayed {_names(replayed.tools)}"
+            f"{other} {_names(replayed.tools)}"
         )
     if recorded.roles != replayed.roles:
         lines.append(
             "message roles changed: "
             f"recorded {_names(recorded.roles) or '(none)'}; "
-            f"replayed {_names(replayed.roles) or '(none)'}"
+            f"{other} {_names(replayed.roles) or '(none)'}"
         )
     return lines
 

@@ -162,20 +162,24 @@ class DivergenceEvent:
 
 @dataclass(frozen=True, slots=True)
 class DriftEvent:
-    """Compare: a live response differs (``result``), or matches no recorded turn
-    (``result`` is None and ``divergence`` says why)."""
+    """Compare: a live response differs from the recording (``result``), or the compare
+    handler rejected a result (``handled``; ``text`` is its message). ``divergence``
+    is kept for logs of older addons."""
 
     NAME: ClassVar[str] = "drift"
     id: str
     text: str
     result: Mapping[str, Any] | None
     divergence: Mapping[str, Any] | None = None
+    handled: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"event": self.NAME, "id": self.id, "text": self.text}
         out["result"] = dict(self.result) if self.result is not None else None
         if self.divergence is not None:
             out["divergence"] = dict(self.divergence)
+        if self.handled:
+            out["handled"] = True
         return out
 
     @classmethod
@@ -186,6 +190,7 @@ class DriftEvent:
             _text(obj),
             result if isinstance(result, Mapping) else None,
             divergence if isinstance(divergence, Mapping) else None,
+            bool(obj.get("handled")),
         )
 
 

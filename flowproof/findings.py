@@ -39,18 +39,30 @@ def findings(
     *,
     mode: str,
     error: str | None = None,
+    compare: Sequence[Mapping[str, Any]] = (),
 ) -> list[Finding]:
     """Every finding of one flow, in report order: divergences, missing calls, drift,
-    failed steps, then the error that stopped the run (when it is not one of those)."""
+    failed steps, then the error that stopped the run (when it is not one of those).
+
+    ``compare`` holds the run's compare results (`CompareResult.to_json()`): when given,
+    they are the drift (each differing one: a finding per difference, or one naming its
+    kind); otherwise drift is read from the ``drift`` events.
+    """
     out: list[Finding] = []
     for event in events:
         if isinstance(event, DivergenceEvent):
             out.extend(_from_divergence("divergence", event.divergence, event.text, "replayed"))
-    if mode == "compare":
+    if mode == "compare" and compare:
+        for result in compare:
+            if result.get("equal") is False:
+                out.extend(_from_compare_result(result))
+    elif mode == "compare":
         for event in events:
             if isinstance(event, DriftEvent):
                 out.extend(_from_drift(event))
-    if mode in ("replay", "compare") and not any(f["kind"] == "divergence" for f in out):
+    if (mode == "replay" or (mode == "compare" and not compare)) and not any(
+        f["kind"] == "divergence" for f in out
+    ):
         # Unconsumed turns after a divergence are its cascade: the report leaves them out too.
         # In compare, fewer live calls than recorded is drift (compare never writes).
         done = next((e for e in reversed(events) if isinstance(e, DoneEvent)), None)
@@ -138,12 +150,23 @@ def _from_drift(event: DriftEvent) -> list[Finding]:
     no recorded turn) its divergence."""
     if event.result is None:
         return _from_divergence("drift", event.divergence, event.text, "live")
-    result = dict(event.result)
+    return _from_compare_result(event.result, event.text)
+
+
+def _from_compare_result(data: Mapping[str, Any], text: str | None = None) -> list[Finding]:
+    """A differing compare result: one finding per listed difference, else per differing
+    part (tool calls, finish reason, text), else one naming its kind (extra, missing)."""
+    result = dict(data)
+    kind = result.get("kind")
     base = {
+        "detail": kind if isinstance(kind, str) else None,
         "turn": _int_or_none(result.get("turn_index", result.get("turn"))),
         "thread": _int_or_none(result.get("thread")),
-        "message": event.text,
+        "message": text or str(result.get("reason") or f"{kind or 'a'} compare result differs"),
     }
+    if kind in ("extra", "missing"):
+        # Nothing to set side by side: the place itself is the drift.
+        return [_finding("drift", **base)]
     out = []
     # A result that lists its differences path by path is used as it is.
     listed = result.get("differences")

@@ -23,9 +23,18 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from flowproof.mcp import McpCall
-from flowproof.model import FinishReason, ToolCall, Turn
+from flowproof.model import FinishReason, RequestView, ToolCall, Turn
 
-__all__ = ["MCP", "MODEL", "BoundaryCall", "Thread", "Trajectory", "boundary_of", "build_trajectory"]
+__all__ = [
+    "MCP",
+    "MODEL",
+    "BoundaryCall",
+    "Thread",
+    "Trajectory",
+    "boundary_of",
+    "build_trajectory",
+    "thread_key",
+]
 
 #: The boundaries a call can cross (reports name them).
 MODEL = "model"
@@ -140,10 +149,15 @@ def _boundary_call(call: McpCall) -> BoundaryCall:
     return BoundaryCall(call.name, call.arguments_raw, server=call.server, answered=call.answered)
 
 
+def thread_key(request: RequestView) -> str:
+    """The key that puts a request in its thread: its system prompt (compare pairs by it too)."""
+    return request.system
+
+
 def _group_threads(ordered: tuple[Turn, ...]) -> tuple[Thread, ...]:
     groups: dict[str, list[Turn]] = {}
     for turn in ordered:
-        groups.setdefault(turn.request.system, []).append(turn)
+        groups.setdefault(thread_key(turn.request), []).append(turn)
     # dicts keep insertion order and `ordered` is sorted, so threads come out by first turn index.
     return tuple(
         Thread(system=system, turns=tuple(ts), text_size=sum(t.request.text_size for t in ts))

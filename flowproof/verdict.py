@@ -4,8 +4,10 @@ The one owner of the ladder that decides how a flow run ends (docs/runner.md):
 
 1. a replay divergence (it explains whatever the agent did next) → 3;
 2. the agent failed (timed out, exited non-zero) → 5, then any proxy error → 5;
-3. no ``done`` event: record → 5 (nothing saved), replay → 5 (missing calls unchecked);
-4. recorded calls never made (replay) → 3; compare drift without a handler → 4;
+3. no ``done`` event: record → 5 (nothing saved), replay and compare → 5 (missing calls
+   unchecked);
+4. recorded calls never made (replay) → 3; compare: without a handler any unequal
+   result (changed, extra, missing) → 4, with one any result it rejected → 4;
 5. a failed step → 1; else 0.
 
 What happens to a staged recording follows from it (`Verdict.recording`):
@@ -23,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 from flowproof.cassette import Cassette, turn_views
+from flowproof.compare import CompareResult
 from flowproof.errors import (
     EXIT_AGENT,
     EXIT_ASSERTION,
@@ -32,6 +35,7 @@ from flowproof.errors import (
     FlowproofError,
 )
 from flowproof.events import (
+    ComparedEvent,
     DivergenceEvent,
     DoneEvent,
     DriftEvent,
@@ -46,9 +50,13 @@ __all__ = [
     "StepResult",
     "Verdict",
     "agent_error",
+    "compare_results",
     "decide_exit",
     "missing_text",
 ]
+
+#: How the proxy words a model call that the upstream broke off (a cut, a refused connection).
+UPSTREAM_FAULT = "failed before it completed"
 
 #: What becomes of a staged recording: kept as the cassette, kept aside as rejected, or neither.
 RecordingFate = Literal["keep", "reject", "none"]
@@ -91,6 +99,24 @@ class Verdict:
     notes: tuple[str, ...] = ()
     #: The evaluated steps, or None when the ladder stopped before them.
     steps: tuple[StepResult, ...] | None = None
+    #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
+    compare: tuple[CompareResult, ...] = ()
+    #: Why an exit-5 run failed, so the advice fits: "timeout", "upstream", "crash" or None.
+    failure: str | None = None
+
+
+def compare_results(events: Sequence[Event]) -> tuple[tuple[CompareResult, ...], tuple[str, ...]]:
+    """The compare results of the ``compared``/``drift`` events in log order, and a problem
+    text for each result the log holds that cannot be read back."""
+    results: list[CompareResult] = []
+    problems: list[str] = []
+    for e in events:
+        if isinstance(e, ComparedEvent | DriftEvent) and e.result:
+            try:
+                results.append(CompareResult.from_json(e.result))
+            except (KeyError, ValueError, TypeError) as err:
+                problems.append(f"the proxy logged a compare result flowproof cannot read: {err!r}")
+    return tuple(results), tuple(problems)
 
 
 def missing_text(events: Sequence[Event], existing: Cassette | None) -> str | None:
@@ -159,26 +185,23 @@ def decide_exit(
 
     ``events`` is the proxy's typed event log, ``run`` the agent's outcome,
     ``steps`` evaluates the spec against the trajectory (called only when the
-    ladder gets that far), ``handler`` the compare handler in effect (drift then
-    only notes), ``existing`` the recorded cassette (names missing calls).
+    ladder gets that far), ``handler`` the compare handler in effect (it decides:
+    only the results it rejected fail the run), ``existing`` the recorded cassette (names missing calls).
     """
     divergences = tuple(e.text for e in events if isinstance(e, DivergenceEvent))
-    drifts = tuple(e.text for e in events if isinstance(e, DriftEvent)) if mode == "compare" else ()
-    errors = tuple(e.text for e in events if isinstance(e, ErrorEvent))
+    compared, unreadable = compare_results(events) if mode == "compare" else ((), ())
+    # A plain unequal result is in `compared` already; only a handler's rejection (or a
+    # drift without a result) is listed as text of its own.
+    drifts = tuple(
+        e.text for e in events if isinstance(e, DriftEvent) and (e.handled or not e.result)
+    ) if mode == "compare" else ()
+    errors = tuple(e.text for e in events if isinstance(e, ErrorEvent)) + unreadable
     tls = tuple(e.text for e in events if isinstance(e, TlsFailedEvent))
     missing = missing_text(events, existing) if mode == "replay" else None
     notes: list[str] = []
-    if mode == "compare":
-        # Fewer live calls than recorded is a changed trajectory, which compare-never-writes
-        # calls drift; a handler only sees per-call results, so it is noted for it instead.
-        fewer = missing_text(events, existing)
-        if fewer:
-            text = f"the live run made fewer model calls than the recording — {fewer}"
-            if handler:
-                notes.append(text)
-            else:
-                drifts = (*drifts, text)
-    base = Verdict(EXIT_OK, divergences=divergences, drifts=drifts, missing=missing, errors=errors)
+    base = Verdict(
+        EXIT_OK, divergences=divergences, drifts=drifts, missing=missing, errors=errors, compare=compared
+    )
 
     def failed(
         code: int, error: str | None = None, *, reject: bool = True, **changes: Any
@@ -191,19 +214,22 @@ def decide_exit(
         # Turns left unconsumed after a divergence are its cascade, not news: not reported.
         return failed(EXIT_DIVERGENCE, missing=None, notes=())
     why = agent_error(run, timeout, tls)
+    # An agent that dies after its model call failed upstream is a casualty, not the cause.
+    upstream = any(UPSTREAM_FAULT in e for e in errors)
     if why is not None:
-        return failed(EXIT_AGENT, why, notes=())
+        failure = "timeout" if run.timed_out else ("upstream" if upstream else "crash")
+        return failed(EXIT_AGENT, why, notes=(), failure=failure)
     if errors:
-        return failed(EXIT_AGENT, errors[0], notes=())
+        return failed(EXIT_AGENT, errors[0], notes=(), failure="upstream" if upstream else None)
     if not any(isinstance(e, DoneEvent) for e in events):
         notes.append("the proxy did not report a clean shutdown (no `done` event)")
         if mode == "record":
             return failed(
                 EXIT_AGENT, "the proxy did not finish writing the recording — nothing was saved"
             )
-        if mode == "replay":
-            # The `done` event lists the recorded turns never requested: without it a run
-            # that skipped calls would pass unchecked.
+        if mode in ("replay", "compare"):
+            # The recorded turns never requested are found at shutdown: without the `done`
+            # event a run that skipped calls would pass unchecked.
             return failed(
                 EXIT_AGENT,
                 "the proxy stopped without its `done` event, so missing calls could not be "
@@ -215,7 +241,8 @@ def decide_exit(
     result = _replace(base, steps=checked, notes=tuple(notes))
     if missing:
         return _replace(result, exit_code=EXIT_DIVERGENCE)
-    if drifts and not handler:
+    # With a handler it decides (a rejection is a drift text); without one, any unequal result.
+    if drifts or (not handler and any(not r.equal for r in compared)):
         return _replace(result, exit_code=EXIT_DRIFT)
     if not all(s.passed for s in checked):
         return _replace(

@@ -15,6 +15,7 @@ from flowproof.divergence import (
     diff_fields,
     envelope_changes,
     explain_miss,
+    format_pair,
     format_value,
 )
 from flowproof.model import RequestView
@@ -272,6 +273,27 @@ class TestEnvelope:
         a = RequestView("openai-chat", "m", "", (), ("user",), (), False, 0)
         b = RequestView("openai-chat", "m", "", ("x", "y"), ("user",), (), False, 0)
         assert envelope_changes(a, b) == ["you added tools: x, y"]
+
+    def test_other_side_is_named_by_the_caller(self):
+        """Compare names the side it sets against the recording "live", never "replayed"."""
+        a = RequestView("openai-chat", "m1", "", ("a", "b"), ("user",), (), False, 0)
+        b = RequestView("openai-chat", "m2", "", ("b", "a"), ("user", "tool"), (), False, 0)
+        assert envelope_changes(a, b, other="live") == [
+            "model: recorded m1, live m2",
+            "tool order changed: recorded a, b; live b, a",
+            "message roles changed: recorded user; live user, tool",
+        ]
+
+
+class TestFormatPair:
+    def test_long_values_are_cut_around_their_first_difference(self):
+        """Both sides show the differing part, not two identical openings."""
+        rec, live = format_pair("x" * 200 + "KQ311", "x" * 200 + "KQ999")
+        assert rec.endswith('xKQ311"') and live.endswith('xKQ999"')
+
+    def test_absent_side(self):
+        """An absent side reads (absent)."""
+        assert format_pair(ABSENT, 3) == ("(absent)", "3")
 
 
 class TestPerRunHint:

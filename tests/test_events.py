@@ -41,6 +41,7 @@ EVENTS = [
     DivergenceEvent("f2", "unmatched", {"kind": "unmatched", "closest_index": 1}),
     DriftEvent("f3", "text: a -> b", {"equal": False}),
     DriftEvent("f4", "no match", None, {"kind": "unmatched"}),
+    DriftEvent("f8", "the compare handler rejected turn 0", {"equal": True}, handled=True),
     ComparedEvent("f5", {"equal": True}),
     ComparedEvent("f6", {"equal": False}, handled=True),
     TlsFailedEvent("api.openai.com", "does not trust"),
@@ -61,11 +62,9 @@ class TestRoundTrip:
         """The keys match the event-log table in docs/internals.md."""
         assert ErrorEvent("t", id="x").to_json() == {"event": "error", "id": "x", "text": "t"}
         assert ErrorEvent("t").to_json() == {"event": "error", "text": "t"}
-        assert DriftEvent("x", "t", None).to_json() == {
-            "event": "drift",
-            "id": "x",
-            "text": "t",
-            "result": None,
+        assert DriftEvent("x", "t", None).to_json() == {"event": "drift", "id": "x", "text": "t", "result": None}
+        assert DriftEvent("x", "t", {}, handled=True).to_json() == {
+            "event": "drift", "id": "x", "text": "t", "result": {}, "handled": True,
         }
         assert ComparedEvent("x", {}).to_json() == {"event": "compared", "id": "x", "result": {}}
         assert DoneEvent().to_json() == {"event": "done", "unconsumed": [], "text": ""}

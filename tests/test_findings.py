@@ -64,12 +64,26 @@ class TestFindings:
         result = compare_responses(
             response(call=("create_booking", {"flight": {"id": "KQ311"}})),
             response(call=("create_booking", {"flight": {"id": "KQ999"}})),
-            1,
+            turn=1,
+            thread=0,
         )
-        out = findings([DriftEvent("1", result.render(), result.to_json())], [], mode="compare")
-        assert [(f["kind"], f["turn"], f["path"]) for f in out] == [("drift", 1, "tool_calls")]
-        assert "KQ311" in str(out[0]["recorded"]) and "KQ999" in str(out[0]["live"])
-        assert out[0]["replayed"] is None
+        out = findings([], [], mode="compare", compare=[result.to_json()])
+        assert [(f["kind"], f["turn"], f["thread"]) for f in out] == [("drift", 1, 0)]
+        assert any(f["path"] and "KQ311" in str(f["recorded"]) and "KQ999" in str(f["live"]) for f in out)
+        assert all(f["replayed"] is None for f in out)
+        # The same result read from a drift event (no compare results given) says the same.
+        assert findings([DriftEvent("1", result.render(), result.to_json())], [], mode="compare") == [
+            {**f, "message": result.render()} for f in out
+        ]
+
+    def test_equal_and_unpaired_compare_results(self) -> None:
+        """Equal results are no finding; a missing one is a drift finding naming its kind and reason."""
+        equal = {"kind": "paired", "equal": True, "turn": 0, "thread": 0, "differences": []}
+        missing = {"kind": "missing", "equal": False, "turn": 3, "thread": 1, "differences": [], "reason": "never reached"}
+        out = findings([DoneEvent((3,))], [], mode="compare", compare=[equal, missing])
+        assert [(f["kind"], f["detail"], f["turn"], f["thread"], f["message"]) for f in out] == [
+            ("drift", "missing", 3, 1, "never reached")
+        ]
 
     def test_drift_listing_its_differences_is_used_as_is(self) -> None:
         """A compare result that lists differences path by path gives one finding each."""

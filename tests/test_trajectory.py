@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, Turn
-from flowproof.trajectory import build_trajectory
+from flowproof.trajectory import build_trajectory, thread_key
 
 MAIN_SYSTEM = "You are a booking assistant. Use the tools."
 TITLE_SYSTEM = "Generate a concise, sentence-case title (3-7 words)."
@@ -36,6 +36,14 @@ def tool_turn(index: int, system: str, *calls: ToolCall) -> Turn:
 
 
 class TestThreads:
+    def test_thread_key_is_the_system_prompt(self) -> None:
+        """A request's thread key is its system prompt, the key threads are grouped by."""
+        assert thread_key(request(TITLE_SYSTEM)) == TITLE_SYSTEM
+        trajectory = build_trajectory([reply_turn(0, MAIN_SYSTEM, "a"), reply_turn(1, TITLE_SYSTEM, "b")])
+        assert [th.system for th in trajectory.threads] == [
+            thread_key(t.request) for t in trajectory.turns
+        ]
+
     def test_groups_turns_by_system_prompt(self) -> None:
         """Turns sharing a system prompt form one thread, in index order."""
         traj = build_trajectory(

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from flowproof.cassette import loads_cassette
+from flowproof.compare import compare_responses, missing_result
 from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK
 from flowproof.events import (
+    ComparedEvent,
     DivergenceEvent,
     DoneEvent,
     DriftEvent,
@@ -18,6 +21,7 @@ from flowproof.events import (
     TlsFailedEvent,
     parse_events,
 )
+from flowproof.model import FinishReason, ResponseView
 from flowproof.verdict import StepResult, Verdict, agent_error, decide_exit, missing_text
 
 from .runner.helpers import BOOKING_TURNS, cassette_text, turn_events
@@ -39,6 +43,13 @@ class Outcome:
 OK_RUN = Outcome()
 TURNS: list[Event] = parse_events(turn_events(BOOKING_TURNS))
 DONE = DoneEvent()
+
+
+def result(*, equal: bool = True) -> dict[str, Any]:
+    """A paired compare result as the addon logs it."""
+    said = ResponseView("Booked.", (), FinishReason.STOP)
+    live = said if equal else ResponseView("Sorry.", (), FinishReason.STOP)
+    return compare_responses(said, live, turn=2, live_call=2, thread=0, depth=6).to_json()
 
 
 def decide(
@@ -115,18 +126,42 @@ class TestLadder:
         assert evaluated == ["evaluated"]
 
     def test_drift_fails_compare_unless_a_handler_takes_it(self):
-        """Drift is exit 4 in compare; with a handler it passes."""
-        events = [*TURNS, DriftEvent("2", "text: different", {"equal": False}), DONE]
-        assert decide(events, "compare")[0].exit_code == EXIT_DRIFT
-        assert decide(events, "compare", handler="mod:fn")[0].exit_code == EXIT_OK
+        """An unequal result is exit 4 in compare; a handler that accepted it passes."""
+        events = [*TURNS, DriftEvent("2", "text differs", result(equal=False)), DONE]
+        verdict, _ = decide(events, "compare")
+        assert verdict.exit_code == EXIT_DRIFT
+        assert [r.equal for r in verdict.compare] == [False] and verdict.drifts == ()
+        handled = [*TURNS, ComparedEvent("2", result(equal=False), handled=True), DONE]
+        assert decide(handled, "compare", handler="mod:fn")[0].exit_code == EXIT_OK
 
-    def test_fewer_live_calls_is_drift_or_a_note(self):
-        """In compare, recorded turns never made are drift; with a handler only a note."""
-        events = [*TURNS[:2], DoneEvent((1, 2))]
-        plain, _ = decide(events, "compare")
-        assert plain.exit_code == EXIT_DRIFT and "fewer model calls" in plain.drifts[-1]
-        handled, _ = decide(events, "compare", handler="mod:fn")
-        assert handled.exit_code == EXIT_OK and "fewer model calls" in handled.notes[0]
+    def test_a_handler_rejection_fails_compare(self):
+        """A result the handler rejected is exit 4 with the handler's message."""
+        events = [*TURNS, DriftEvent("2", "the compare handler rejected it", result(), handled=True), DONE]
+        verdict, _ = decide(events, "compare", handler="mod:fn")
+        assert verdict.exit_code == EXIT_DRIFT and verdict.drifts == ("the compare handler rejected it",)
+
+    def test_missing_results_are_drift_and_nothing_is_claimed_about_call_counts(self):
+        """In compare, turns never reached come as missing results: exit 4, no prose about counts."""
+        missing = missing_result(ResponseView("Done.", (), FinishReason.STOP), turn=2, thread=0, depth=6,
+                                 reason="no live call reached this place in the conversation").to_json()
+        events = [*TURNS[:2], DriftEvent("", "missing", missing), DoneEvent((2,))]
+        verdict, _ = decide(events, "compare")
+        assert verdict.exit_code == EXIT_DRIFT
+        assert [(r.kind, r.turn) for r in verdict.compare] == [("missing", 2)]
+        assert verdict.notes == () and verdict.missing is None
+
+    def test_compare_without_done_cannot_pass(self):
+        """Without the done event the missing turns were never checked: exit 5, not a pass."""
+        verdict, evaluated = decide(TURNS, "compare")
+        assert verdict.exit_code == EXIT_AGENT and "missing calls could not be checked" in (verdict.error or "")
+        assert evaluated == []
+
+    def test_an_unreadable_result_is_an_error(self):
+        """A compare result the runner cannot read back fails the run instead of being skipped."""
+        events = [*TURNS, DriftEvent("2", "text differs", {"equal": False}), DONE]
+        verdict, _ = decide(events, "compare")
+        assert verdict.exit_code == EXIT_AGENT
+        assert "compare result flowproof cannot read" in (verdict.error or "")
 
     def test_failed_step_rejects_a_recording(self):
         """A failed step is exit 1; in record the recording is rejected, else untouched."""

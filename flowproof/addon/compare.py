@@ -1,66 +1,102 @@
-"""Compare: forward every model call live and judge it against the recorded turn; never write.
+"""Compare: forward every model call live and judge it against the recording; never write.
 
-The judgement is `flowproof.compare.compare_responses`; this concern finds the
-recorded turn (`Replayer.decide`, as replay would) and reports ``compared`` or
-``drift`` — or hands every result to the user's compare handler.
+Which recorded turn a live call is judged against is `flowproof.pairing.Pairer`'s
+decision (its place in the conversation, never its bytes); the judgement is
+`flowproof.compare`. This concern delivers each result as its call completes and,
+at shutdown, the recorded turns no live call reached: to the user's compare
+handler when there is one (it decides), else as ``compared`` or ``drift``.
 """
 
 from __future__ import annotations
 
+from mitmproxy import exceptions
+
 from flowproof.addon.live import LiveCalls
-from flowproof.addon.shared import log
-from flowproof.cassette import RecordedTurn, turn_views
-from flowproof.compare import compare_responses, record_on_span
+from flowproof.addon.shared import Shared, log
+from flowproof.cassette import Cassette, RecordedTurn, turn_views
+from flowproof.compare import CompareResult, record_on_span
 from flowproof.errors import FlowproofError
-from flowproof.events import ComparedEvent, DriftEvent, ErrorEvent
-from flowproof.replay import Miss
+from flowproof.events import ComparedEvent, DoneEvent, DriftEvent, ErrorEvent
+from flowproof.model import Turn
+from flowproof.pairing import Call, Pairer
+from flowproof.replay import codec_view
 
 __all__ = ["Compare"]
 
 
 class Compare(LiveCalls):
-    """The compare concern: each live turn against its recording; ``done`` reports missing calls."""
+    """The compare concern: each live turn against the turn at its place; ``done`` reports the rest."""
 
     mode = "compare"
 
+    def __init__(self, shared: Shared) -> None:
+        super().__init__(shared)
+        assert shared.replayer is not None  # the root addon loads the cassette for compare
+        self.pairer = pairer_for(shared.replayer.cassette, str(shared.config.cassette))
+
     def on_turn(self, flow_id: str, turn: RecordedTurn) -> None:
-        shared = self.shared
-        events = shared.events
-        assert shared.replayer is not None  # configure builds it for compare
-        decision = shared.replayer.decide(
-            turn.provider, turn.request.body_sha256, turn.request.body
-        )
-        if isinstance(decision, Miss):
-            divergence = decision.divergence
-            text = "the live request matches no recorded turn\n" + divergence.render(
-                shared.record_command()
-            )
-            events.write(DriftEvent(flow_id, text, None, divergence.to_json()))
-            log.warning("compare_unmatched", flow_id=flow_id, kind=divergence.kind)
-            return
         try:
-            recorded_view = turn_views(decision.turn).response
-            live_view = turn_views(turn).response
-        except FlowproofError as e:
-            events.write(ErrorEvent(f"cannot compare turn {decision.turn.index}: {e}", id=flow_id))
+            view = turn_views(turn)
+            result = self.pairer.pair(Call(view, turn.request.body))
+        except FlowproofError as e:  # a live response, or the recorded turn at its place, unreadable
+            self.shared.events.write(ErrorEvent(f"cannot compare live call {turn.index}: {e}", id=flow_id))
             return
-        assert recorded_view is not None and live_view is not None  # turn_views always builds both
-        result = compare_responses(recorded_view, live_view, decision.turn.index)
+        self.deliver(flow_id, result)
+
+    def done(self) -> None:
+        # Recorded turns no live call reached are results too, delivered like any other.
+        unreached = self.pairer.finish()
+        for result in unreached:
+            self.deliver("", result)
+        self.shared.events.write(DoneEvent(tuple(r.turn for r in unreached if r.turn is not None), ""))
+        if unreached:
+            log.warning("turns_unreached", count=len(unreached))
+
+    def deliver(self, flow_id: str, result: CompareResult) -> None:
+        """The span attribute, then the handler if there is one (it decides), else the verdict.
+
+        A handler's exception rejects the result: a ``drift`` event naming it,
+        marked handled. The cassette is never touched.
+        """
+        shared = self.shared
         record_on_span(result)
         handler = shared.config.compare_handler
         if handler is not None:
             try:
                 handler(result)
-            except Exception as e:  # noqa: BLE001 — user code: report it, never crash the proxy
-                text = f"the compare handler {shared.config.compare_handler_name} raised {type(e).__name__}: {e}"
-                events.write(ErrorEvent(text, id=flow_id))
-                return
-            events.write(ComparedEvent(flow_id, result.to_json(), handled=True))
+            except Exception as e:  # noqa: BLE001 — user code: its verdict, never a proxy crash
+                text = (
+                    f"the compare handler {shared.config.compare_handler_name} rejected"
+                    f" {result.place()}: {type(e).__name__}: {e}"
+                )
+                shared.events.write(DriftEvent(flow_id, text, result.to_json(), handled=True))
+            else:
+                shared.events.write(ComparedEvent(flow_id, result.to_json(), handled=True))
         elif result.equal:
-            events.write(ComparedEvent(flow_id, result.to_json()))
+            shared.events.write(ComparedEvent(flow_id, result.to_json()))
         else:
-            events.write(DriftEvent(flow_id, result.render(), result.to_json()))
-        log.info("turn_compared", flow_id=flow_id, turn=result.turn_index, equal=result.equal)
+            shared.events.write(DriftEvent(flow_id, result.render(), result.to_json()))
+        log.info("compared", flow_id=flow_id, kind=result.kind, turn=result.turn, equal=result.equal)
 
-    def done(self) -> None:
-        self.shared.report_unconsumed()
+
+def pairer_for(cassette: Cassette, path: str) -> Pairer:
+    """The pairer over every recorded turn (parsed once, when the mode is configured).
+
+    A turn whose response no codec reads keeps its place (a live call there gets an
+    error, not a verdict); a turn whose request cannot be read has no place at all.
+    """
+    calls = []
+    for turn in cassette.turns:
+        try:
+            calls.append(Call(turn_views(turn), turn.request.body))
+            continue
+        except FlowproofError as e:
+            problem = str(e)
+        request = codec_view(turn.provider, turn.request.body)
+        if request is None:
+            raise exceptions.OptionsError(
+                f"Cannot compare against flowproof_cassette {path}: the request of turn"
+                f" {turn.index} cannot be read ({problem}) — re-record the cassette"
+            )
+        calls.append(Call(Turn(turn.index, request, None), turn.request.body, problem=problem))
+    return Pairer(calls)

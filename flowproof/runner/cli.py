@@ -11,8 +11,9 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from functools import wraps
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -20,13 +21,22 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from flowproof.cassette import load_cassette
-from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, SpecError
+from flowproof.cassette_check import check_cassette, error_turns
+from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, SpecError
 from flowproof.heal import diff_cassettes
 from flowproof.runner.collect import collect_specs
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
-from flowproof.runner.flow import REVERSE_HOSTS, Cancel, RunOptions, run_flow
+from flowproof.runner.flags import (
+    check_cassette_flag,
+    check_extra_host,
+    check_one_writer,
+    check_proxy_port,
+    check_upstream_url,
+    redact_url,
+)
+from flowproof.runner.flow import REVERSE_HOSTS, STAGED, Cancel, RunOptions, run_flow
 from flowproof.runner.report import render_json, render_text, show_cassette, worst_exit, write_junit
-from flowproof.spec import load_spec
+from flowproof.spec import load_spec, unresolved_problems
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,11 +72,7 @@ def parse_extra_hosts(values: Sequence[str], environ_value: str | None) -> tuple
     for item in (i.strip() for i in items):
         if not item:
             continue
-        if "/" in item or "=" in item or " " in item:
-            raise FlowproofError(
-                f"bad extra host `{item}` — give a bare host name, e.g. llm-gateway.internal"
-            )
-        hosts.append(item.lower())
+        hosts.append(check_extra_host(item))
     return tuple(dict.fromkeys(hosts))
 
 
@@ -78,9 +84,10 @@ def parse_upstream(values: Sequence[str], environ_value: str | None) -> tuple[st
         host, sep, url = item.partition("=")
         if not sep or not host.strip() or "://" not in url:
             raise FlowproofError(
-                f"bad upstream `{item}` — write HOST=URL, e.g. api.openai.com=http://127.0.0.1:8000"
+                f"bad upstream `{redact_url(item)}` — write HOST=URL, "
+                "e.g. api.openai.com=http://127.0.0.1:8000"
             )
-        out.append(f"{host.strip()}={url.strip()}")
+        out.append(f"{host.strip()}={check_upstream_url(host.strip(), url.strip())}")
     return tuple(out)
 
 
@@ -123,6 +130,53 @@ def _on_signals(cancel: Any) -> Callable[[], None]:
     return restore
 
 
+def _cassettes_of(specs: Sequence[Path]) -> list[tuple[Path, Path]]:
+    """(spec, cassette) of each spec that loads; a spec that does not is reported by its flow."""
+    pairs = []
+    for path in specs:
+        try:
+            pairs.append((path, load_spec(path).cassette))
+        except FlowproofError:
+            continue
+    return pairs
+
+
+#: After SIGINT/SIGTERM, how long the flows get to stop their agents and proxies and report
+#: the interruption before the runner exits anyway ("signals always win").
+CANCEL_GRACE = 0.7
+
+
+def _run_flows(selected: Sequence[Path], options: Any, jobs: int, cancel: Any,
+               run_flow: Callable[[Path, Any], Any]) -> list[Any]:
+    """Run the flows on a pool; the main thread only waits, so a signal is handled at once.
+
+    A flow can be busy where it cannot look at `cancel` (a regex search, a long
+    assertion): once the grace has passed after a signal, the runner exits with
+    128 + the signal number without waiting for it. Nothing is recorded then: a
+    recording only becomes a cassette by an atomic rename, and the proxy dies with
+    the runner (see runner/proxy.py).
+    """
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    futures = [pool.submit(run_flow, p, options) for p in selected]
+    signalled_at: float | None = None
+    try:
+        while not all(f.done() for f in futures):
+            wait(futures, timeout=0.05, return_when=FIRST_COMPLETED)
+            if cancel.is_set() and signalled_at is None:
+                signalled_at = time.monotonic()
+            if signalled_at is not None and time.monotonic() - signalled_at > CANCEL_GRACE:
+                for staged in list(STAGED):
+                    staged.unlink(missing_ok=True)
+                click.echo(f"flowproof: {Interrupted(cancel.signum)}", err=True)
+                sys.stderr.flush()
+                sys.stdout.flush()
+                # Not sys.exit: it would wait for the busy worker threads.
+                os._exit(Interrupted(cancel.signum).exit_code)
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 _SPEC_ARG = click.argument(
     "specs", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False)
 )
@@ -148,6 +202,7 @@ _RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path
 @click.option("-j", "jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Flows to run in parallel.")
 @click.option("--shard", metavar="I/N", help="Run only shard I of N (1-based, by sorted spec path).")
 @click.option("--compare-handler", metavar="MODULE:FUNC", help="Receive each compare result instead of failing on drift.")
+@click.option("--allow-error-turns", is_flag=True, help="With --record: keep a recording whose turns hold an HTTP error status (the flow tests error handling).")
 @click.option("-v", "--verbose", is_flag=True, help="Show every step, the agent output and timings.")
 @_edge
 def run_command(
@@ -163,6 +218,7 @@ def run_command(
     jobs: int,
     shard: str | None,
     compare_handler: str | None,
+    allow_error_turns: bool,
     verbose: bool,
 ) -> None:
     """Run flow SPECs against their agents: replay (default), --record or --compare."""
@@ -175,16 +231,25 @@ def run_command(
     if proxy_port and (jobs > 1) and len(specs) > 1:
         raise FlowproofError("--proxy-port fixes one port, so it cannot be used with -j N > 1")
     selected = select_shard(specs, parse_shard(shard))
+    # Every flag is checked before any flow starts (exit 2, one line; URLs shown redacted).
+    parsed_upstream = parse_upstream(upstream, os.environ.get("FLOWPROOF_UPSTREAM"))
+    parsed_hosts = parse_extra_hosts(extra_hosts, os.environ.get("FLOWPROOF_EXTRA_HOSTS"))
+    check_proxy_port(proxy_port)
+    if cassette is not None:
+        check_cassette_flag(str(cassette))
+    if mode == "record" and len(selected) > 1:
+        check_one_writer(_cassettes_of(selected))
     cancel = Cancel()
     options = RunOptions(
         mode=mode,
         cassette=cassette,
-        upstream=parse_upstream(upstream, os.environ.get("FLOWPROOF_UPSTREAM")),
-        extra_hosts=parse_extra_hosts(extra_hosts, os.environ.get("FLOWPROOF_EXTRA_HOSTS")),
+        upstream=parsed_upstream,
+        extra_hosts=parsed_hosts,
         proxy_port=proxy_port,
         timeout=timeout,
         compare_handler=compare_handler,
         cancel=cancel,
+        allow_error_turns=allow_error_turns,
     )
     results = []
     if selected:
@@ -193,11 +258,13 @@ def run_command(
         # their own sessions, so only the runner can stop them.
         restore = _on_signals(cancel)
         try:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                results = list(pool.map(lambda p: run_flow(p, options), selected))
+            results = _run_flows(selected, options, jobs, cancel, run_flow)
         finally:
             restore()
     code = worst_exit(results)
+    if cancel.is_set():
+        # A flow that finished before the signal does not hide it: the run was interrupted.
+        code = 128 + int(cancel.signum or signal.SIGINT)
     if as_json:
         click.echo(render_json(results))
     elif selected:
@@ -233,11 +300,16 @@ def check_command(specs: tuple[Path, ...]) -> None:
     bad = 0
     for path in specs:
         try:
-            load_spec(path)
+            spec = load_spec(path)
         except SpecError as e:
             bad += 1
             for problem in e.problems:
                 click.echo(str(problem), err=True)
+            continue
+        # flowproof-run refuses these with the same words; here the environment may
+        # legitimately differ from the one the flow will run in, so they only warn.
+        for problem in unresolved_problems(spec, os.environ):
+            click.echo(f"warning: {problem}", err=True)
     ok = len(specs) - bad
     click.echo(f"{ok} spec{'s' if ok != 1 else ''} OK" + (f", {bad} invalid" if bad else ""))
     if bad:
@@ -251,7 +323,10 @@ def check_command(specs: tuple[Path, ...]) -> None:
 def diff_command(old: Path, new: Path) -> None:
     """The heal diff between two cassettes, turn by turn."""
 
-    text = diff_cassettes(load_cassette(old), load_cassette(new))
+    before, after = load_cassette(old), load_cassette(new)
+    check_cassette(before, old)
+    check_cassette(after, new)
+    text = "\n".join([*error_turns(after), diff_cassettes(before, after)]).strip()
     click.echo(text or "no change in the trajectory")
 
 
@@ -261,7 +336,9 @@ def diff_command(old: Path, new: Path) -> None:
 def show_command(cassette: Path) -> None:
     """A cassette as a readable conversation."""
 
-    click.echo(show_cassette(load_cassette(cassette), cassette))
+    loaded = load_cassette(cassette)
+    check_cassette(loaded, cassette)
+    click.echo(show_cassette(loaded, cassette))
 
 
 @cli.command("env")
@@ -288,9 +365,21 @@ def env_command(proxy_port: int, base_url: bool) -> None:
 
 
 def _standalone(command: click.Command, argv: Sequence[str] | None) -> NoReturn:
-    # standalone_mode makes click exit itself; the final exit only satisfies NoReturn.
-    command.main(args=list(argv) if argv is not None else None, standalone_mode=True)
-    sys.exit(EXIT_OK)
+    args = list(argv) if argv is not None else None
+    try:
+        code = command.main(args=args, standalone_mode=False)
+    except click.UsageError as e:
+        # A bad option value is one line like every other flowproof error (click's own
+        # form is three: usage, a help hint and the error).
+        click.echo(f"flowproof: {e.format_message()} — see --help", err=True)
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
 def run_main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -15,14 +15,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from flowproof.assertions import evaluate
 from flowproof.cassette import Cassette, load_cassette, turn_views
+from flowproof.cassette_check import check_cassette, error_turns
 from flowproof.commands import record_command
+from flowproof.compare import CompareResult
 from flowproof.errors import (
+    EXIT_AGENT,
     EXIT_OK,
     AgentError,
     CassetteError,
@@ -40,6 +44,7 @@ from flowproof.runner.env import (
     ensure_ca,
     interpreter_first_path,
 )
+from flowproof.runner.lock import cassette_lock
 from flowproof.runner.mcp import (
     agent_variables,
     check_reachable,
@@ -47,7 +52,13 @@ from flowproof.runner.mcp import (
     proxy_args,
     replay_environ,
 )
-from flowproof.runner.proxy import ProxySettings, RunningProxy, free_port, start_proxy
+from flowproof.runner.proxy import (
+    ProxySettings,
+    RunningProxy,
+    free_port,
+    scratch_prefix,
+    start_proxy,
+)
 from flowproof.runner.recording import Staging
 from flowproof.spec import FlowSpec, load_spec, resolve_variables
 from flowproof.spec.types import AgentSpec
@@ -60,6 +71,9 @@ from flowproof.wire.providers import reverse_hosts
 MODES = ("replay", "record", "compare")
 #: Reverse listeners opened for ``agent.route: base_url`` (one per upstream in the provider table).
 REVERSE_HOSTS = reverse_hosts()
+#: Staging files of the recordings in progress: a runner that must exit at once after a
+#: signal (a flow stuck where it cannot see the cancel) removes them on its way out.
+STAGED: set[Path] = set()
 
 
 class Cancel:
@@ -96,6 +110,8 @@ class RunOptions:
     proxy_timeout: float = 20.0
     #: Set by the CLI's signal handler: running flows stop at once (see `Cancel`).
     cancel: Cancel | None = None
+    #: Keep a recording whose turns hold an HTTP error status (the flow tests error handling).
+    allow_error_turns: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +143,11 @@ class FlowResult:
     startup_seconds: float | None = None
     duration: float = 0.0
     turns: int = 0
+    #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
+    compare: tuple[CompareResult, ...] = ()
     events: tuple[Event, ...] = field(default=(), compare=False, repr=False)
+    #: Why an exit-5 flow failed, for advice that fits: "timeout", "upstream", "crash" or None.
+    failure: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -202,15 +222,21 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
         check_reachable(listeners)
 
     ca = ensure_ca(options.ca_dir or default_ca_dir(environ))
+    # One writer per cassette: held until the recording is kept or rejected (the staging
+    # path is shared too, so it is only touched under the lock).
+    held = ExitStack()
+    if mode == "record":
+        held.enter_context(cassette_lock(cassette))
     staging = Staging(cassette)
     target = staging.path if mode == "record" else cassette
     if mode == "record":
         staging.discard()
+        STAGED.add(staging.path)
     handler = options.compare_handler or spec.on_compare
     upstream = tuple(options.upstream)
     cancel = options.cancel
     try:
-        with tempfile.TemporaryDirectory(prefix="flowproof-run-") as scratch:
+        with tempfile.TemporaryDirectory(prefix=scratch_prefix("run")) as scratch:
             settings = ProxySettings(
                 mode=mode,
                 cassette=target,
@@ -255,12 +281,16 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             timeout=timeout,
             startup=proxy.startup_seconds,
             staging=staging,
+            cancel=cancel,
+            allow_error_turns=options.allow_error_turns or spec.allow_error_turns,
         )
     finally:
         # A verdict keeps or rejects the staging file; on any other way out (an agent
         # that could not start, an error, Ctrl-C) nothing may be left behind.
         if mode == "record":
             staging.discard()
+            STAGED.discard(staging.path)
+        held.close()
 
 
 def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: bool) -> Cassette:
@@ -268,6 +298,8 @@ def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: boo
     if required and not cassette.exists():
         raise CassetteNotFoundError(cassette, command)
     loaded = load_cassette(cassette, record_command=command)
+    # A cassette is checked whole before the proxy serves any of it (exit 2, turn and field).
+    check_cassette(loaded, cassette)
     if required and loaded.route != route:
         raise CassetteError(
             cassette,
@@ -339,6 +371,8 @@ def _verdict(
     timeout: float,
     startup: float,
     staging: Staging,
+    cancel: Cancel | None = None,
+    allow_error_turns: bool = False,
 ) -> FlowResult:
     checked: dict[str, Any] = {}
 
@@ -379,23 +413,47 @@ def _verdict(
         errors=verdict.errors,
         error=verdict.error,
         notes=(*verdict.notes, *(e.text for e in events if isinstance(e, McpRejectedEvent))),
+        compare=verdict.compare,
         agent_stdout=run.stdout,
         agent_stderr=run.stderr,
         agent_returncode=run.returncode,
         startup_seconds=startup,
         events=tuple(events),
+        failure=verdict.failure,
         **checked,
     )
     if verdict.recording == "reject":
         return _with(result, rejected=staging.reject())
     if verdict.recording == "keep":
-        return _with(result, heal_diff=staging.keep(result.turns, existing))
+        if cancel is not None and cancel.is_set():
+            # A signal during the assertions: the verdict is moot and nothing may be recorded.
+            raise Interrupted(cancel.signum)
+        return _keep(result, staging, existing, allow_error_turns)
     return result
 
 
 def _call_label(call: Any) -> str:
     """A trajectory call as reports list it: the name, marked when it crossed the MCP boundary."""
     return f"{call.name} (mcp)" if boundary_of(call) == MCP else str(call.name)
+
+
+def _keep(result: FlowResult, staging: Staging, existing: Cassette | None,
+          allow_error_turns: bool) -> FlowResult:
+    """Keep a passing recording, unless it holds an HTTP error status the flow did not ask for:
+    an error turn is usually a flaky upstream, not the behaviour the flow means to pin."""
+    errors = error_turns(load_cassette(staging.path)) if staging.path.exists() else ()
+    if errors and not allow_error_turns:
+        return _with(
+            result, exit_code=EXIT_AGENT, failure="upstream", notes=(*result.notes, *errors),
+            error=f"{errors[0]}; a cassette with error turns is not kept — record again when "
+                  "the upstream is healthy, or pass --allow-error-turns (spec key "
+                  "`allow_error_turns: true`) if this flow tests error handling",
+            rejected=staging.reject(),
+        )
+    heal = staging.keep(result.turns, existing)
+    if errors:
+        heal = "\n".join([*errors, heal or ""]).strip()
+    return _with(result, heal_diff=heal, notes=(*result.notes, *errors))
 
 
 def _step_source(step: Any) -> str:

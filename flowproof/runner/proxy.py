@@ -9,8 +9,12 @@ once it listens, ``turn``/``divergence``/``drift``/… while the agent runs and
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -296,6 +300,69 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         pass
 
 
+_PR_SET_PDEATHSIG = 1
+#: Scratch folders carry their owner's pid, so a later run can tell a crashed run's leftovers.
+SCRATCH_PREFIXES = ("flowproof-proxy-", "flowproof-run-")
+_SCRATCH_NAME = re.compile(r"flowproof-(?:proxy|run)-(\d+)-")
+
+
+def scratch_prefix(kind: str) -> str:
+    """``flowproof-<kind>-<pid>-``: the prefix of this process's scratch folders."""
+    return f"flowproof-{kind}-{os.getpid()}-"
+
+
+def _die_with_parent(runner: int) -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask the kernel to SIGKILL this process when the runner dies, however it dies.
+
+    SIGKILL, not SIGTERM: an orphaned mitmdump that shut down cleanly would write its
+    recording at the staging path after the runner is gone. If the runner already died
+    before this line ran, exit now.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return  # not Linux: the stop() in a finally is then the only guard
+    if os.getppid() != runner:
+        os._exit(1)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_scratch(root: Path | None = None) -> list[Path]:
+    """Remove scratch folders left by runners that no longer exist (killed with SIGKILL);
+    return what was removed. A folder of a live process is never touched."""
+    base = Path(root or tempfile.gettempdir())
+    removed: list[Path] = []
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _SCRATCH_NAME.match(entry.name)
+        if match is None or not entry.is_dir() or entry.is_symlink():
+            continue
+        pid = int(match.group(1))
+        if pid == os.getpid() or _pid_alive(pid):
+            continue
+        try:
+            if entry.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
 def start_proxy(settings: ProxySettings, timeout: float = 20.0) -> RunningProxy:
     """Start mitmdump with the flowproof addon and wait for its ``ready`` event.
 
@@ -303,7 +370,8 @@ def start_proxy(settings: ProxySettings, timeout: float = 20.0) -> RunningProxy:
     not ready within ``timeout`` seconds; nothing is left running in that case.
     """
     started = time.monotonic()
-    scratch = tempfile.TemporaryDirectory(prefix="flowproof-proxy-")
+    sweep_scratch()
+    scratch = tempfile.TemporaryDirectory(prefix=scratch_prefix("proxy"))
     scratch_path = Path(scratch.name)
     script = settings.addon_script or addon_script_path(scratch_path)
     # Two listeners cannot both ask for port 0 (mitmproxy refuses duplicate addresses),
@@ -333,6 +401,8 @@ def start_proxy(settings: ProxySettings, timeout: float = 20.0) -> RunningProxy:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 env=env,
+                # The proxy must not outlive the runner, even one killed with SIGKILL.
+                preexec_fn=functools.partial(_die_with_parent, os.getpid()),
             )
         except OSError as e:
             scratch.cleanup()

@@ -23,6 +23,7 @@ from flowproof.errors import (
     EXIT_OK,
     EXIT_USAGE,
 )
+from flowproof.compare import junit_cases, report_json, report_lines
 from flowproof.findings import findings
 from flowproof.heal import readable_turns, short_text
 from flowproof.runner.flow import FlowResult
@@ -93,7 +94,7 @@ def next_step(result: FlowResult) -> str:
         )
     if code == EXIT_DRIFT:
         return (
-            "The live model no longer matches the recording: inspect the drift, then re-record with "
+            "The live run differs from the recording: inspect the first drift, then re-record with "
             f"{result.record_command} if the new behaviour is right (compare never writes)."
         )
     if code == EXIT_ASSERTION:
@@ -102,6 +103,14 @@ def next_step(result: FlowResult) -> str:
             return f"Nothing was recorded{kept}: fix the agent or the spec, then record again."
         return f"Fix the agent (or the spec at the ✗ lines), then run: flowproof-run {spec}"
     if code == EXIT_AGENT:
+        if result.failure == "timeout":
+            return ("The agent ran out of time: if it is just slow, raise `agent.timeout` in the "
+                    "spec or pass --timeout; if it hangs, run with -v to see its output.")
+        if result.failure == "upstream":
+            return ("The upstream model failed, not the agent: check the upstream (--upstream, the "
+                    "provider's status, rate limits), then run again.")
+        if result.failure == "crash":
+            return "The agent crashed: fix it using its output above, then run again."
         return "Fix the agent start-up (see the error and its output above), then run again."
     if code >= 128:
         return "flowproof-run was interrupted: nothing was recorded or checked; run it again."
@@ -120,6 +129,8 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
     for text in result.divergences:
         lines.append("  replay divergence:")
         lines.append(_indent(text))
+    if result.compare:
+        lines.append(_indent("\n".join(report_lines(result.compare)), "  "))
     for text in result.drifts:
         lines.append("  compare drift:")
         lines.append(_indent(text))
@@ -223,7 +234,13 @@ def flow_findings(result: FlowResult) -> list[dict[str, Any]]:
     (`flowproof.findings`); empty for a pass."""
     if result.passed:
         return []
-    return findings(result.events, result.steps, mode=result.mode, error=result.error)
+    return findings(
+        result.events,
+        result.steps,
+        mode=result.mode,
+        error=result.error,
+        compare=[c.to_json() for c in result.compare],
+    )
 
 
 def _finding_summary(finding: dict[str, Any]) -> str:
@@ -256,6 +273,7 @@ def result_json(result: FlowResult) -> dict[str, Any]:
         "findings": flow_findings(result),
         "divergences": list(result.divergences),
         "drifts": list(result.drifts),
+        "compare": report_json(result.compare) if result.mode == "compare" else None,
         "missing": result.missing,
         "proxy_errors": list(result.errors),
         "reply": result.reply,
@@ -290,14 +308,16 @@ def render_json(results: Sequence[FlowResult]) -> str:
 
 
 def junit_xml(results: Sequence[FlowResult]) -> str:
-    """JUnit XML: one testsuite, one testcase per flow."""
+    """JUnit XML: one testsuite, one testcase per flow, plus one per compare result."""
     failing = (EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT)
+    per_result = [c for r in results for c in junit_cases(r.compare)]
     failures = sum(1 for r in results if r.exit_code in failing)
+    failures += sum(1 for c in per_result if not c["passed"])
     errors = sum(1 for r in results if not r.passed and r.exit_code not in failing)
     suite = ET.Element(
         "testsuite",
         name="flowproof",
-        tests=str(len(results)),
+        tests=str(len(results) + len(per_result)),
         failures=str(failures),
         errors=str(errors),
         time=f"{sum(r.duration for r in results):.3f}",
@@ -331,6 +351,13 @@ def junit_xml(results: Sequence[FlowResult]) -> str:
             ET.SubElement(case, "system-out").text = out
         if r.agent_stderr:
             ET.SubElement(case, "system-err").text = _tail(r.agent_stderr, 200)
+        # Compare: one testcase per result, so CI shows which turn drifted.
+        for entry in junit_cases(r.compare):
+            sub = ET.SubElement(
+                suite, "testcase", classname=str(r.spec_path), name=f"{r.name} [compare] {entry['name']}"
+            )
+            if not entry["passed"]:
+                ET.SubElement(sub, "failure", message=entry["message"], type="drift").text = entry["text"]
     if suite_warnings:
         props = ET.Element("properties")
         for warning in suite_warnings:

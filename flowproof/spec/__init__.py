@@ -26,7 +26,7 @@ from flowproof.spec.types import (
     ToolMock,
     VolatileRule,
 )
-from flowproof.spec.variables import find_variables, resolve_variables
+from flowproof.spec.variables import find_variables, resolve_variables, unresolved_problems
 
 __all__ = [
     "AgentSpec",
@@ -51,5 +51,6 @@ __all__ = [
     "resolve_path",
     "resolve_variables",
     "split_path",
+    "unresolved_problems",
     "volatile_refusal",
 ]

@@ -10,7 +10,7 @@ Grammar (``assert_tool_call:`` / ``assert_no_tool_call:``)::
 ``is absent`` / ``is missing`` are recognised before ``is`` (so ``x is absent``
 never means "equals the text absent"). A value runs unquoted to the end of its
 clause, that is up to the next ``and`` word, and keeps its inner spacing and any
-quote characters. ``matches`` patterns are compiled here, unless they hold a
+quote characters. ``matches`` patterns are compiled here (time-bounded, see `flowproof.spec.patterns`), unless they hold a
 ``${VAR}`` (then ``resolve_variables`` compiles them).
 
 Errors point at the offending token: ``location`` is where the line starts in
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from flowproof.errors import SpecError, SpecProblem
 from flowproof.spec.paths import split_path
+from flowproof.spec.patterns import BoundedPattern, compile_bounded
 from flowproof.spec.types import Clause, Location, Matcher
 from flowproof.spec.variables import VariableSyntaxError, check_variables
 
@@ -202,7 +203,7 @@ def _parse_clause(line: _Line, group: list[_Token]) -> Clause | None:
         return None
 
     value: str | None = None
-    pattern: re.Pattern[str] | None = None
+    pattern: BoundedPattern | None = None
     if matcher in (Matcher.EXISTS, Matcher.ABSENT):
         if values:
             extra = line.span(values)
@@ -228,7 +229,7 @@ def _parse_clause(line: _Line, group: list[_Token]) -> Clause | None:
             return None
         if matcher is Matcher.MATCHES and not check_variables(value):
             try:
-                pattern = compile_pattern(_unescape(value))
+                pattern = compile_bounded(_unescape(value))
             except ValueError as e:
                 line.problem(start, str(e), "fix the pattern (Python `re` syntax)")
                 return None

@@ -40,6 +40,10 @@ from flowproof.wire.providers import conversation_vocabulary
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "MAX_ALIASES",
+    "MAX_EXPANDED_CHARS",
+    "MAX_EXPANDED_NODES",
+    "MAX_SPEC_BYTES",
     "FALLBACK_PRESETS",
     "default_cassette_path",
     "load_spec",
@@ -48,6 +52,15 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT = 120.0
+#: A spec is a page of prose and a few tool results; anything bigger is refused before it is
+#: parsed (parsing tens of megabytes of YAML takes minutes in pure Python).
+MAX_SPEC_BYTES = 1024 * 1024
+#: YAML aliases are shared nodes that the walker expands: nested anchors ("an alias bomb")
+#: turn a few lines into billions of values. Both the number of aliases and what the
+#: document expands to are bounded, and checked before anything is expanded.
+MAX_ALIASES = 200
+MAX_EXPANDED_NODES = 100_000
+MAX_EXPANDED_CHARS = 8 * 1024 * 1024
 #: Preset names accepted when ``flowproof.normalize`` (which owns the presets) is absent.
 FALLBACK_PRESETS = ("claude-code", "codex", "openai-agents")
 
@@ -56,7 +69,7 @@ _NULL, _BOOL, _INT, _FLOAT, _STR = (_TAG + t for t in ("null", "bool", "int", "f
 _TIMESTAMP = _TAG + "timestamp"
 
 _TOP_KEYS = ("name", "app", "agent", "tools", "mcp", "strict", "cassette", "volatile",
-             "on_compare", "steps")
+             "on_compare", "steps", "allow_error_turns")
 _AGENT_KEYS = ("command", "url", "env", "timeout", "cwd", "route")
 _TOOL_KEYS = ("name", "result")
 _MCP_KEYS = ("name", "url", "tools")
@@ -335,11 +348,20 @@ class _Walker:
         strict = False
         if "strict" in entries:
             strict = bool(self.boolean(entries["strict"][1], "`strict`"))
+        allow_error_turns = False
+        if "allow_error_turns" in entries:
+            allow_error_turns = bool(self.boolean(entries["allow_error_turns"][1],
+                                                  "`allow_error_turns`"))
 
         cassette = default_cassette_path(self.spec_path)
         if "cassette" in entries:
             value = self.text(entries["cassette"][1], "`cassette`")
-            if value is not None:
+            if value is not None and value.endswith((".recording.json", ".rejected.json")):
+                # Those are a run's unfinished or refused recordings, never a cassette.
+                self.problem(entries["cassette"][1],
+                             f"`cassette` names `{value}`, a staging or rejected recording",
+                             "name a `*.cassette.json` file")
+            elif value is not None:
                 cassette = self.spec_dir / value
 
         volatile: tuple[VolatileRule, ...] = ()
@@ -380,6 +402,7 @@ class _Walker:
             steps=steps,
             on_compare=on_compare,
             location=self.loc(root),
+            allow_error_turns=allow_error_turns,
         )
 
     def agent(self, key: Node, node: Node) -> AgentSpec | None:
@@ -738,17 +761,118 @@ def _yaml_problem(display: str, text: str, error: yaml.YAMLError) -> SpecProblem
                        "fix the YAML syntax here (a `:` or `- ` inside text needs quotes)")
 
 
+class _CountingLoader(yaml.SafeLoader):
+    """A SafeLoader that remembers every alias it composes (where, and which node)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.aliases: list[tuple[yaml.Mark, Node]] = []
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            node = super().compose_node(parent, index)
+            if node is not None:
+                self.aliases.append((event.start_mark, node))
+                if len(self.aliases) > MAX_ALIASES:
+                    raise _TooManyAliases(event.start_mark)
+            return node
+        return super().compose_node(parent, index)
+
+
+class _TooManyAliases(Exception):
+    def __init__(self, mark: yaml.Mark) -> None:
+        super().__init__("too many aliases")
+        self.mark = mark
+
+
+def _expanded_size(root: Node) -> dict[int, tuple[int, int]]:
+    """(nodes, characters) each node expands to once aliases are followed, by node id.
+
+    Memoized on node identity, so it costs the size of the document as written, not as
+    expanded. Cycles (an alias inside its own anchor) count as one node here; the
+    walker reports them.
+    """
+    sizes: dict[int, tuple[int, int]] = {}
+    visiting: set[int] = set()
+
+    def size(node: Node) -> tuple[int, int]:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in visiting:
+            return 1, 0
+        visiting.add(key)
+        nodes, chars = 1, 0
+        if isinstance(node, ScalarNode):
+            chars = len(node.value)
+        else:
+            children: list[Node] = []
+            if isinstance(node, SequenceNode):
+                children = list(node.value)
+            elif isinstance(node, MappingNode):
+                children = [n for pair in node.value for n in pair]
+            for child in children:
+                n, c = size(child)
+                nodes, chars = nodes + n, chars + c
+        visiting.discard(key)
+        sizes[key] = (nodes, chars)
+        return nodes, chars
+
+    size(root)
+    return sizes
+
+
+def _check_expansion(display: str, root: Node, aliases: list[tuple[yaml.Mark, Node]]) -> None:
+    if not aliases:
+        return
+    sizes = _expanded_size(root)
+    nodes, chars = sizes[id(root)]
+    if nodes <= MAX_EXPANDED_NODES and chars <= MAX_EXPANDED_CHARS:
+        return
+    # Blame the alias that copies the most.
+    mark, _ = max(aliases, key=lambda a: sizes.get(id(a[1]), (0, 0)))
+    what = (f"{nodes:,} values" if nodes > MAX_EXPANDED_NODES
+            else f"{chars:,} characters of text")
+    raise SpecError([SpecProblem(
+        display, mark.line + 1, mark.column + 1,
+        f"YAML aliases expand the spec to {what}, over the limit of "
+        f"{MAX_EXPANDED_NODES:,} values and {MAX_EXPANDED_CHARS:,} characters "
+        "(nested anchors multiply: an alias bomb)",
+        "write the data out, or use fewer nested aliases")])
+
+
 def parse_spec(text: str, path: Path | str) -> FlowSpec:
-    """Parse spec text as if read from ``path`` (used for messages and relative paths)."""
+    """Parse spec text as if read from ``path`` (used for messages and relative paths).
+
+    Refuses, before parsing, text over `MAX_SPEC_BYTES`; and before anything is
+    expanded, more than `MAX_ALIASES` aliases or aliases that expand past
+    `MAX_EXPANDED_NODES` values or `MAX_EXPANDED_CHARS` characters.
+    """
     display = str(path)
     spec_path = Path(path).absolute()
+    if len(text) > MAX_SPEC_BYTES:
+        raise _too_big(display, len(text))
+    loader: _CountingLoader | None = None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        # Inside the try: the reader checks the characters as soon as it is built.
+        loader = _CountingLoader(text)
+        root = loader.get_single_node()
+        if root is not None:
+            _check_expansion(display, root, loader.aliases)
+    except _TooManyAliases as e:
+        raise SpecError([SpecProblem(
+            display, e.mark.line + 1, e.mark.column + 1,
+            f"the spec uses more than {MAX_ALIASES} YAML aliases",
+            "write the data out instead of referring to anchors")]) from None
     except yaml.YAMLError as e:
         raise SpecError([_yaml_problem(display, text, e)]) from None
     except RecursionError:
         raise SpecError([SpecProblem(display, 1, 1, "the YAML nests too deeply",
                                      "flatten the document")]) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     if root is None:
         raise SpecError([SpecProblem(display, 1, 1, "the spec is empty",
                                      "start with `name:`, `agent:` and `steps:`")])
@@ -765,6 +889,13 @@ def parse_spec(text: str, path: Path | str) -> FlowSpec:
     return spec
 
 
+def _too_big(display: str, size: int) -> SpecError:
+    return SpecError([SpecProblem(
+        display, 1, 1,
+        f"the spec file is {size:,} bytes, over the {MAX_SPEC_BYTES:,}-byte limit",
+        "a spec is prose and small tool results: move large data out of it")])
+
+
 def load_spec(path: Path | str) -> FlowSpec:
     """Read and validate a flow spec file.
 
@@ -774,6 +905,10 @@ def load_spec(path: Path | str) -> FlowSpec:
     """
     display = str(path)
     try:
+        # Checked before reading: a huge file is refused in milliseconds, not parsed for minutes.
+        size = Path(path).stat().st_size
+        if size > MAX_SPEC_BYTES:
+            raise _too_big(display, size)
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError([SpecProblem(display, 1, 1, "the spec file does not exist",

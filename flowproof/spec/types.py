@@ -13,6 +13,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
+from flowproof.spec.patterns import BoundedPattern
+
 
 @dataclass(frozen=True, slots=True)
 class Location:
@@ -43,14 +45,14 @@ class Clause:
     ``segments`` is the dotted path split on dots (``passengers.0.name`` ->
     ``("passengers", "0", "name")``); a digit segment indexes a list, or is a
     key of a mapping. ``value`` is None for EXISTS and ABSENT. ``pattern`` is the
-    compiled regex for MATCHES (None until resolution when the value holds ``${VAR}``).
+    time-bounded compiled regex for MATCHES (None until resolution when the value holds ``${VAR}``).
     """
 
     path: str
     segments: tuple[str, ...]
     matcher: Matcher
     value: str | None
-    pattern: re.Pattern[str] | None
+    pattern: BoundedPattern | None
     location: Location
 
 
@@ -148,6 +150,8 @@ class FlowSpec:
     #: "module:function" to receive each compare result instead of failing on drift.
     on_compare: str | None = None
     location: Location = field(compare=False, default=Location("", 1, 1))
+    #: The flow tests error handling: a recording whose turns hold an HTTP error status is kept.
+    allow_error_turns: bool = False
 
     @property
     def prompts(self) -> tuple[PromptStep, ...]:

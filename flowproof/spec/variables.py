@@ -38,6 +38,7 @@ __all__ = [
     "find_variables",
     "has_variables",
     "resolve_variables",
+    "unresolved_problems",
 ]
 
 # Alternation order matters: the escape must win over a reference at the same spot.
@@ -145,10 +146,10 @@ class _Resolver:
         pattern = clause.pattern
         if clause.matcher is Matcher.MATCHES and self.environ is not None:
             # Imported here: clauses imports this module for the ${ syntax check.
-            from flowproof.spec.clauses import compile_pattern
+            from flowproof.spec.patterns import compile_bounded
 
             try:
-                pattern = compile_pattern(value)
+                pattern = compile_bounded(value)
             except ValueError as e:
                 loc = clause.location
                 self.problems.append(
@@ -211,6 +212,15 @@ def resolve_variables(spec: FlowSpec, environ: Mapping[str, str]) -> FlowSpec:
     if resolver.problems:
         raise SpecError(resolver.problems)
     return resolved
+
+
+def unresolved_problems(spec: FlowSpec, environ: Mapping[str, str]) -> tuple[SpecProblem, ...]:
+    """What `resolve_variables` would refuse under ``environ`` (unset variables, patterns
+    that break once resolved), without raising: ``flowproof check`` prints these as
+    warnings so that it and ``flowproof-run`` agree on every ``${VAR}``."""
+    resolver = _Resolver(environ)
+    resolver.spec(spec)
+    return tuple(resolver.problems)
 
 
 def find_variables(spec: FlowSpec) -> set[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +50,35 @@ class TestCompare:
         (event,) = harness.events("drift")
         assert event["result"]["equal"] is False
 
-    def test_unmatched_live_request_is_drift(self, harness: Harness):
-        """A live request matching no recorded turn yields a drift event saying so."""
+    def test_live_request_pairs_by_place_not_bytes(self, harness: Harness):
+        """A live request with other bytes (another user text, a new field) still pairs by place."""
         self.setup_cassette(harness)
-        self.run_live(harness, chat_body("something else"), "x")
-        (event,) = harness.events("drift")
-        assert "matches no recorded turn" in event["text"]
+        self.run_live(harness, chat_body("Book a flight to Mombasa", temperature=0), "Booked KQ311.")
+        (event,) = harness.events("compared")
+        assert (event["result"]["kind"], event["result"]["turn"]) == ("paired", 0)
+        assert event["result"]["context"]["fields"][0]["path"] == "messages.1.content"
+
+    def test_new_system_prompt_is_extra_and_the_turn_missing(self, harness: Harness):
+        """A live call in a thread the recording lacks is extra; its recorded turn is missing at done."""
+        self.setup_cassette(harness)
+        self.run_live(harness, chat_body(system="You are a travel agent."), "Booked KQ311.")
+        harness.addon.done()
+        extra, missing = harness.events("drift")
+        assert extra["result"]["kind"] == "extra"
+        assert "no recorded thread has this system prompt" in extra["text"]
+        assert missing["result"]["kind"] == "missing" and missing["result"]["turn"] == 0
+        assert harness.events("done")[0]["unconsumed"] == [0]
+
+    def test_unreadable_recorded_response_is_an_error_at_its_place(self, harness: Harness):
+        """A recorded response no codec reads: the live call there gets an error, not a verdict."""
+        turn = chat_turn(0, chat_body(), "Booked KQ311.")
+        broken = replace(turn, response=replace(turn.response, events=None, body={"not": "a completion"}))
+        path = write_cassette(harness.tmp / "c.json", broken)
+        harness.configure(flowproof_mode="compare", flowproof_cassette=str(path))
+        self.run_live(harness, chat_body(), "Booked KQ311.")
+        (error,) = harness.events("error")
+        assert "cannot be compared with recorded turn 0" in error["text"]
+        assert harness.events("compared") == harness.events("drift") == []
 
     def test_compare_never_writes_the_cassette(self, harness: Harness):
         """Compare leaves the cassette byte-identical, even at done."""
@@ -74,6 +98,23 @@ class TestCompare:
         assert harness.events("drift") == []
         assert harness.events("compared")[0]["handled"] is True
 
+    def test_handler_receives_extra_and_missing_too(self, harness: Harness):
+        """Unpaired results reach the handler like any other, the missing one at done."""
+        self.setup_cassette(harness, flowproof_compare_handler=f"{__name__}:collect")
+        COLLECTED.clear()
+        self.run_live(harness, chat_body(system="You are a travel agent."), "Booked KQ311.")
+        harness.addon.done()
+        assert [(r.kind, r.equal) for r in COLLECTED] == [("extra", False), ("missing", False)]
+        assert harness.events("drift") == []
+
+    def test_a_handler_that_raises_rejects_the_result(self, harness: Harness):
+        """A handler's exception is its verdict: a drift event naming it, even for an equal result."""
+        self.setup_cassette(harness, flowproof_compare_handler=f"{__name__}:strict_text")
+        self.run_live(harness, chat_body(), "booked kq311.")
+        (event,) = harness.events("drift")
+        assert event["handled"] is True and event["result"]["equal"] is True
+        assert "rejected turn 0 (thread 0, depth 2): AssertionError: text is normalized" in event["text"]
+
 
 COLLECTED: list[Any] = []
 
@@ -81,3 +122,9 @@ COLLECTED: list[Any] = []
 def collect(result: Any) -> None:
     """A compare handler for the tests."""
     COLLECTED.append(result)
+
+
+def strict_text(result: Any) -> None:
+    """A compare handler that makes prose a contract."""
+    if result.text.status != "exact":
+        raise AssertionError(f"text is {result.text.status}")

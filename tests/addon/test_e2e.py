@@ -150,7 +150,7 @@ class TestRecordReplay:
     def test_compare_never_writes_and_reports(self, session: Session, recorded):
         """Compare against a server that answers differently reports drift and leaves the cassette alone."""
         cassette, _ = recorded
-        before = cassette.read_bytes()
+        before, mtime = cassette.read_bytes(), cassette.stat().st_mtime_ns
         script = [Reply.tool_call("search_flights", {"dest": "NBO"}), Reply.text("No flights today.")]
         with FakeModelServer(script) as server:
             proxy = session.proxy("compare", cassette, f"flowproof_upstream=api.openai.com={server.url}")
@@ -158,9 +158,10 @@ class TestRecordReplay:
             assert rc == 0
             assert out["turns"][1]["text"] == "No flights today."
             assert proxy.stop() == 0
-        assert [e["result"]["turn_index"] for e in proxy.events("compared")] == [0]
-        assert [e["result"]["turn_index"] for e in proxy.events("drift")] == [1]
+        assert [e["result"]["turn"] for e in proxy.events("compared")] == [0]
+        assert [e["result"]["turn"] for e in proxy.events("drift")] == [1]
         assert cassette.read_bytes() == before
+        assert cassette.stat().st_mtime_ns == mtime
 
 
 class TestConcurrency:

@@ -187,45 +187,91 @@ class TestRecord:
         assert (tmp_path / "booking.cassette.json").read_text() == text
 
 
+def result_json(kind: str = "paired", equal: bool = True, turn: int | None = 0) -> dict:
+    """A compare result as the addon logs it."""
+    from flowproof.compare import compare_responses, extra_result, missing_result
+    from flowproof.model import FinishReason, ResponseView
+
+    said = ResponseView("Booked.", (), FinishReason.STOP)
+    if kind == "extra":
+        return extra_result(said, live_call=9, thread=0, depth=8, reason="r").to_json()
+    if kind == "missing":
+        return missing_result(said, turn=turn or 0, thread=0, depth=6, reason="never reached").to_json()
+    live = said if equal else ResponseView("Sorry.", (), FinishReason.STOP)
+    return compare_responses(said, live, turn=turn or 0, live_call=turn, thread=0, depth=2).to_json()
+
+
 class TestCompare:
     def test_drift_is_exit_4_and_cassette_untouched(self, tmp_path: Path, opts) -> None:
-        """Drift fails compare with exit 4 and never writes the cassette."""
+        """An unequal result fails compare with exit 4 and never writes the cassette."""
         spec = write_spec(tmp_path)
         cassette = with_cassette(spec)
         before = cassette.read_bytes()
-        events = turn_events(BOOKING_TURNS) + [{"event": "drift", "id": "2", "text": "text: different"}]
+        events = turn_events(BOOKING_TURNS) + [
+            {"event": "drift", "id": "2", "text": "turn 2: differs", "result": result_json(equal=False)}
+        ]
         result = run_flow(spec, opts({"events": events}, mode="compare"))
         assert result.exit_code == EXIT_DRIFT
+        assert [r.equal for r in result.compare] == [False]
+        assert result.drifts == ()  # the structured result says it; no second copy in prose
         assert cassette.read_bytes() == before
 
-    def test_handler_absorbs_drift(self, tmp_path: Path, opts, monkeypatch: pytest.MonkeyPatch) -> None:
-        """With a compare handler named, drift does not fail the run, and the proxy gets the handler."""
+    def test_equal_results_pass(self, tmp_path: Path, opts) -> None:
+        """Equal results (text normalized or exact) pass with exit 0."""
+        spec = write_spec(tmp_path)
+        with_cassette(spec)
+        events = turn_events(BOOKING_TURNS) + [
+            {"event": "compared", "id": str(i), "result": result_json(turn=i)} for i in range(3)
+        ]
+        result = run_flow(spec, opts({"events": events}, mode="compare"))
+        assert result.exit_code == EXIT_OK, result
+        assert [r.turn for r in result.compare] == [0, 1, 2]
+
+    def test_handler_decides(self, tmp_path: Path, opts, monkeypatch: pytest.MonkeyPatch) -> None:
+        """With a handler, results it accepted pass, even unequal, extra and missing ones."""
         seen: list[ProxySettings] = []
         real_start = flow_module.start_proxy
         monkeypatch.setattr(flow_module, "start_proxy", lambda s, **kw: seen.append(s) or real_start(s, **kw))
         spec = write_spec(tmp_path)
         with_cassette(spec)
-        events = turn_events(BOOKING_TURNS) + [{"event": "drift", "id": "2", "text": "text: different"}]
+        events = turn_events(BOOKING_TURNS) + [
+            {"event": "compared", "id": "1", "result": result_json(equal=False), "handled": True},
+            {"event": "compared", "id": "2", "result": result_json("extra"), "handled": True},
+            {"event": "compared", "result": result_json("missing", turn=3), "handled": True},
+        ]
         result = run_flow(spec, opts({"events": events}, mode="compare", compare_handler="mod:fn"))
-        assert result.exit_code == EXIT_OK
+        assert result.exit_code == EXIT_OK, result
+        assert [r.kind for r in result.compare] == ["paired", "extra", "missing"]
         assert [s.compare_handler for s in seen] == ["mod:fn"]
 
-    def test_fewer_live_calls_than_recorded_is_drift(self, tmp_path: Path, opts) -> None:
-        """A live run that stops short of the recording is a changed trajectory: exit 4."""
+    def test_handler_rejection_is_exit_4(self, tmp_path: Path, opts) -> None:
+        """A result the handler rejected fails the run with its message, even an equal one."""
+        spec = write_spec(tmp_path)
+        with_cassette(spec)
+        text = "the compare handler mod:fn rejected turn 0 (thread 0, depth 2): AssertionError: no"
+        events = turn_events(BOOKING_TURNS) + [
+            {"event": "drift", "id": "1", "text": text, "result": result_json(), "handled": True}
+        ]
+        result = run_flow(spec, opts({"events": events}, mode="compare", compare_handler="mod:fn"))
+        assert result.exit_code == EXIT_DRIFT, result
+        assert result.drifts == (text,)
+
+    def test_missing_turn_is_drift(self, tmp_path: Path, opts) -> None:
+        """A recorded turn no live call reached is a missing result: exit 4, no false claim."""
         spec = write_spec(tmp_path)
         recorded = [*BOOKING_TURNS, chat_turn(len(BOOKING_TURNS), text="Anything else?")]
         with_cassette(spec, recorded)
-        script = {"events": turn_events(BOOKING_TURNS), "done": {"unconsumed": [len(BOOKING_TURNS)]}}
+        missing = {"event": "drift", "text": "missing", "result": result_json("missing", turn=3)}
+        script = {"events": [*turn_events(BOOKING_TURNS), missing], "done": {"unconsumed": [3]}}
         result = run_flow(spec, opts(script, mode="compare"))
         assert result.exit_code == EXIT_DRIFT, result
-        assert any("fewer model calls" in d for d in result.drifts)
+        assert [(r.kind, r.turn) for r in result.compare] == [("missing", 3)]
+        assert result.missing is None and result.notes == ()
 
-    def test_fewer_live_calls_with_a_handler_is_a_note(self, tmp_path: Path, opts) -> None:
-        """With a handler named, the shortfall is reported as a note instead of failing the run."""
+    def test_no_done_event_fails(self, tmp_path: Path, opts) -> None:
+        """Without the proxy's done event the missing turns were never checked: not a pass."""
         spec = write_spec(tmp_path)
-        recorded = [*BOOKING_TURNS, chat_turn(len(BOOKING_TURNS), text="Anything else?")]
-        with_cassette(spec, recorded)
-        script = {"events": turn_events(BOOKING_TURNS), "done": {"unconsumed": [len(BOOKING_TURNS)]}}
-        result = run_flow(spec, opts(script, mode="compare", compare_handler="mod:fn"))
-        assert result.exit_code == EXIT_OK, result
-        assert any("fewer model calls" in n for n in result.notes)
+        with_cassette(spec)
+        result = run_flow(spec, opts({"events": turn_events(BOOKING_TURNS), "skip_done": True}, mode="compare"))
+        assert result.exit_code == EXIT_AGENT
+        assert "missing calls could not be checked" in (result.error or "")

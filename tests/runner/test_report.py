@@ -12,9 +12,11 @@ import jsonschema
 import pytest
 
 from flowproof.cassette import loads_cassette
+from flowproof.compare import compare_responses, missing_result
 from flowproof.divergence import Divergence, FieldChange
 from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK
 from flowproof.events import DivergenceEvent, DoneEvent, DriftEvent
+from flowproof.model import FinishReason, ResponseView, ToolCall
 from flowproof.runner.flow import FlowResult
 from flowproof.runner.report import (
     junit_xml,
@@ -98,6 +100,56 @@ class TestMachine:
         assert cases[1].find("failure") is not None
 
 
+def compare_run():
+    """A compare flow: two equal turns, a changed argument, a reworded reply, a missing turn."""
+    def book(flight: str) -> ResponseView:
+        return ResponseView("", (ToolCall("book", f'{{"flight":"{flight}"}}'),), FinishReason.TOOL_CALLS)
+
+    said = ResponseView("Booked.", (), FinishReason.STOP)
+    results = (
+        compare_responses(said, said, turn=0, live_call=0, thread=1, depth=2),
+        compare_responses(book("KQ311"), book("KQ999"), turn=1, live_call=1, thread=0, depth=2),
+        compare_responses(said, ResponseView("Done!", (), FinishReason.STOP), turn=2, live_call=2,
+                          thread=0, depth=4),
+        missing_result(said, turn=3, thread=0, depth=6, reason="no live call reached this place"),
+    )
+    return result(EXIT_DRIFT, mode="compare", compare=results)
+
+
+class TestCompareReport:
+    def test_text_lists_every_result_and_details_the_first_drift_only(self) -> None:
+        """Every result has a row with text.status; the first drift is detailed, later ones counted."""
+        text = render_text([compare_run()])
+        assert "compare: 4 result(s), 1 equal, 3 drifted (2 changed, 0 extra, 1 missing)" in text
+        assert "turn 0 | thread 1 | depth 2 | equal true | finish reason stop | text exact" in text
+        assert "turn 3 | thread 0 | depth 6 | equal false (missing)" in text
+        assert "- tool_calls.0.arguments.flight: recorded KQ311, live KQ999" in text
+        assert "Done!" not in text  # the second drift is counted, not explained
+        assert "2 later drift(s)" in text
+        assert "replayed" not in text and "fewer model calls" not in text
+
+    def test_json_carries_structured_results(self) -> None:
+        """--json has the compare results as data, with text.status on each."""
+        flow = json.loads(render_json([compare_run()]))["flows"][0]
+        assert flow["compare"]["first_drift"] == 1
+        assert [r["text"]["status"] for r in flow["compare"]["results"]] == [
+            "exact", "exact", "different", None,
+        ]
+        assert flow["compare"]["results"][1]["differences"] == [
+            {"path": "tool_calls.0.arguments.flight", "recorded": "KQ311", "live": "KQ999"}
+        ]
+        assert json.loads(render_json([result()]))["flows"][0]["compare"] is None
+
+    def test_junit_has_a_case_per_result(self) -> None:
+        """--junit adds one testcase per compare result; drifted ones are failures."""
+        suite = ET.fromstring(junit_xml([compare_run()]))
+        assert suite.get("tests") == "5" and suite.get("failures") == "4"
+        names = [c.get("name") for c in suite.iter("testcase")]
+        assert "Booking [compare] turn 1 (thread 0, depth 2) [paired]" in names
+        failure = suite.find("testcase[@name='Booking [compare] turn 1 (thread 0, depth 2) [paired]']/failure")
+        assert failure is not None and "recorded KQ311, live KQ999" in (failure.text or "")
+
+
 class TestShow:
     def test_conversation(self) -> None:
         """show prints each turn with model, user text, tool calls and the reply."""
@@ -166,6 +218,7 @@ def structured_results() -> list[FlowResult]:
         result(EXIT_DRIFT, mode="compare", drifts=("text differs",), events=(DriftEvent("0", "text differs", drift),)),
         result(EXIT_ASSERTION, steps=(failed_step,)),
         result(EXIT_AGENT, error="the agent exited with code 1", agent_stdout="\x1b[31mboom\x1b[0m"),
+        compare_run(),
     ]
 
 
@@ -190,6 +243,12 @@ class TestStructuredJson:
         assert (drift["kind"], drift["path"], drift["recorded"], drift["live"]) == ("drift", "text", "booked", "sold out")
         assert flows[4]["findings"][0]["location"] == "b.flow.yaml:9:5"
         assert flows[5]["findings"][0]["kind"] == "error"
+        # Compare: the structured compare results are the drift, path by path.
+        compared = flows[6]["findings"]
+        assert {f["kind"] for f in compared} == {"drift"}
+        assert [f["turn"] for f in compared if f["detail"] == "missing"] == [3]
+        assert any(f["turn"] == 1 and "KQ311" in json.dumps(f["recorded"]) and "KQ999" in json.dumps(f["live"])
+                   for f in compared)
 
     def test_the_schema_refuses_a_finding_without_its_fields(self) -> None:
         """The schema is strict: a finding missing `path` does not validate."""

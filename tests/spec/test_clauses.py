@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from flowproof.errors import SpecError
 from flowproof.spec import Location, Matcher, parse_tool_line
 from flowproof.spec.clauses import compile_pattern, parse_reply_line, suggest
+from flowproof.spec.patterns import BoundedPattern
 
 LOC = Location("f.flow.yaml", 3, 10)
 
@@ -280,7 +281,7 @@ class TestFuzz:
             assert tool and " " not in tool
             for clause in clauses:
                 if clause.matcher is Matcher.MATCHES and clause.pattern is not None:
-                    assert isinstance(clause.pattern, re.Pattern)
+                    assert isinstance(clause.pattern, BoundedPattern)
 
     @settings(max_examples=300, deadline=None)
     @given(st.lists(WORDS | st.text(min_size=1, max_size=4), max_size=10))

@@ -1,0 +1,97 @@
+"""Whole-cassette checks: what a cassette must be before it is replayed, shown or kept.
+
+`check_cassette` runs when a cassette file is loaded. The reader already checks
+the document's shape; this checks what is served to the agent: every SSE event's
+data is JSON (or the ``[DONE]`` sentinel), every text is valid UTF-8 (a cassette
+read with ``surrogateescape`` carries an invalid byte as U+DC80..U+DCFF), and
+every turn parses through its provider's codec. A bad cassette is a
+`CassetteError` (exit 2) naming the file, the turn and the field — never served
+to the agent, where its crash would be blamed on the agent.
+
+`error_turns` lists the turns that recorded an HTTP error status, for the
+record report, the heal diff and the refusal to keep them (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from flowproof.cassette import Cassette, RecordedTurn, turn_views
+from flowproof.errors import CassetteError, FlowproofError
+
+__all__ = ["check_cassette", "error_turns"]
+
+_HINT = "re-record it or restore it from version control"
+#: SSE data lines that are not JSON by design (the OpenAI end-of-stream marker, keep-alives).
+_NON_JSON_DATA = ("[DONE]", "")
+
+
+def _bad_byte(text: str) -> int | None:
+    """The first byte a ``surrogateescape`` decode could not read, or None when the text is UTF-8."""
+    for ch in text:
+        if 0xDC80 <= ord(ch) <= 0xDCFF:
+            return ord(ch) - 0xDC00
+    return None
+
+
+def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    """(where, text) of every string in a JSON-like value, keys included."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield f"{where}.{key}", str(key)
+            yield from _strings(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _strings(item, f"{where}.{i}")
+
+
+def _turn_strings(turn: RecordedTurn, where: str) -> Iterator[tuple[str, str]]:
+    yield from _strings(turn.request.body, f"{where} request body")
+    response = turn.response
+    if response.events is not None:
+        for i, event in enumerate(response.events):
+            yield f"{where} response event {i} data", event.data
+            yield f"{where} response event {i} raw", event.raw
+    if response.text is not None:
+        yield f"{where} response text", response.text
+    yield from _strings(response.body, f"{where} response body")
+
+
+def check_cassette(cassette: Cassette, path: Path | str) -> None:
+    """Raise `CassetteError` naming turn and field for the first thing that cannot be replayed."""
+    for position, turn in enumerate(cassette.turns):
+        where = f"turn {position}"
+        for field, text in _turn_strings(turn, where):
+            byte = _bad_byte(text)
+            if byte is not None:
+                raise CassetteError(path, f"{field} is not UTF-8 (byte 0x{byte:02x})", _HINT)
+        for i, event in enumerate(turn.response.events or ()):
+            if event.data.strip() in _NON_JSON_DATA:
+                continue
+            try:
+                json.loads(event.data)
+            except ValueError as e:
+                raise CassetteError(
+                    path, f"{where} response event {i} data is not JSON ({e})", _HINT
+                ) from None
+        try:
+            turn_views(turn)
+        except FlowproofError as e:
+            raise CassetteError(
+                path, f"{where} ({turn.provider}) is not a valid exchange for its provider: {e}",
+                _HINT,
+            ) from None
+
+
+def error_turns(cassette: Cassette) -> tuple[str, ...]:
+    """One line per turn that recorded an HTTP error status from the upstream."""
+    return tuple(
+        f"turn {turn.index} recorded an HTTP {turn.response.status} from the upstream"
+        for turn in cassette.turns
+        if turn.response.status >= 400
+    )

@@ -1,0 +1,63 @@
+"""Whole-cassette checks at load, and the error-turn lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flowproof.cassette import load_cassette, loads_cassette
+from flowproof.cassette_check import check_cassette, error_turns
+from flowproof.errors import CassetteError
+
+BOOKING = Path(__file__).resolve().parents[1] / "example_specs" / "booking.cassette.json"
+
+
+def doc() -> dict:
+    data: dict = json.loads(BOOKING.read_text(encoding="utf-8"))
+    return data
+
+
+def first_data_event(d: dict) -> dict:
+    return next(e for e in d["turns"][0]["response"]["events"] if e.get("data", "").startswith("{"))
+
+
+class TestCheck:
+    def test_the_example_cassette_passes(self) -> None:
+        check_cassette(load_cassette(BOOKING), BOOKING)
+
+    def test_an_event_that_is_not_json_names_turn_and_event(self) -> None:
+        d = doc()
+        event = first_data_event(d)
+        event["data"] = "{not json"
+        event.pop("raw", None)
+        with pytest.raises(CassetteError, match=r"turn 0 response event \d+ data is not JSON"):
+            check_cassette(loads_cassette(json.dumps(d), "c.json"), "c.json")
+
+    def test_bytes_that_are_not_utf8_name_turn_and_field(self, tmp_path: Path) -> None:
+        raw = BOOKING.read_bytes().replace(b"KQ311", b"KQ\xff11", 1)
+        path = tmp_path / "c.json"
+        path.write_bytes(raw)
+        with pytest.raises(CassetteError, match=r"turn \d+ .* is not UTF-8 \(byte 0xff\)") as caught:
+            check_cassette(load_cassette(path), path)
+        assert "\udcff" not in str(caught.value)
+
+    def test_a_response_invalid_for_its_provider_names_the_turn(self) -> None:
+        d = doc()
+        turn = d["turns"][0]
+        turn["response"].pop("events")
+        turn["response"]["body"] = {"unexpected": True}
+        with pytest.raises(CassetteError, match=r"turn 0 \(openai-chat\) is not a valid exchange"):
+            check_cassette(loads_cassette(json.dumps(d), "c.json"), "c.json")
+
+
+class TestErrorTurns:
+    def test_error_statuses_are_listed(self) -> None:
+        d = doc()
+        d["turns"][0]["response"] = {"status": 500, "headers": {}, "body": {"error": {"message": "boom"}}}
+        cassette = loads_cassette(json.dumps(d), "c.json")
+        assert error_turns(cassette) == ("turn 0 recorded an HTTP 500 from the upstream",)
+
+    def test_a_clean_cassette_has_none(self) -> None:
+        assert error_turns(load_cassette(BOOKING)) == ()
