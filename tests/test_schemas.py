@@ -110,8 +110,6 @@ BROKEN = {
     "tool name with a space": BASE.replace("name: create_booking", "name: create booking"),
     "unknown tool key": BASE.replace("  - name: create_booking\n", "  - name: create_booking\n    mock: 1\n"),
     "strict as quoted text": BASE + 'strict: "true"\n',
-    "mcp tool without result": BASE
-    + "mcp:\n  - name: exports\n    url: http://127.0.0.1:9000/mcp\n    tools:\n      - name: export\n",
     "mcp entry without tools": BASE + "mcp:\n  - name: exports\n    url: http://127.0.0.1:9000/mcp\n",
     "mcp entry with empty tools": BASE
     + "mcp:\n  - name: exports\n    url: http://127.0.0.1:9000/mcp\n    tools: []\n",
