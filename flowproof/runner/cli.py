@@ -332,13 +332,15 @@ def diff_command(old: Path, new: Path) -> None:
 
 @cli.command("show")
 @click.argument("cassette", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--thread", type=click.IntRange(min=0), help="Only this thread's turns (threads are numbered by their first turn, from 0).")
+@click.option("--turn", type=click.IntRange(min=0), help="Only the turn with this index.")
 @_edge
-def show_command(cassette: Path) -> None:
+def show_command(cassette: Path, thread: int | None, turn: int | None) -> None:
     """A cassette as a readable conversation."""
 
     loaded = load_cassette(cassette)
     check_cassette(loaded, cassette)
-    click.echo(show_cassette(loaded, cassette))
+    click.echo(show_cassette(loaded, cassette, thread=thread, turn=turn))
 
 
 @cli.command("env")

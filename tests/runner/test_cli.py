@@ -200,6 +200,17 @@ class TestDiffShow:
         res = invoke(cli, ["show", c])
         assert res.exit_code == 0 and "→ tool call search_flights" in res.output
 
+    def test_show_one_turn(self, tmp_path: Path) -> None:
+        """show --turn N prints that turn only; a turn that is not there exits 2 in one line."""
+        c = tmp_path / "c.json"
+        c.write_text(cassette_text(BOOKING_TURNS))
+        res = invoke(cli, ["show", c, "--turn", "1", "--thread", "0"])
+        assert res.exit_code == 0 and "→ tool call create_booking" in res.output
+        assert "search_flights {" not in res.output
+        res = invoke(cli, ["show", c, "--turn", "5"])
+        assert res.exit_code == 2 and "has no turn 5 — its turns are: 0, 1, 2" in res.output
+        assert "Traceback" not in res.output
+
 
 class TestEnv:
     def test_exports(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

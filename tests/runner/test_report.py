@@ -15,6 +15,7 @@ from flowproof.cassette import loads_cassette
 from flowproof.compare import compare_responses, missing_result
 from flowproof.divergence import Divergence, FieldChange
 from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK
+from flowproof.errors import FlowproofError
 from flowproof.events import DivergenceEvent, DoneEvent, DriftEvent
 from flowproof.model import FinishReason, ResponseView, ToolCall
 from flowproof.runner.flow import FlowResult
@@ -27,7 +28,7 @@ from flowproof.runner.report import (
 )
 from flowproof.verdict import StepResult
 
-from .helpers import BOOKING_TURNS, cassette_text
+from .helpers import BOOKING_TURNS, cassette_text, chat_turn
 
 
 def result(code: int = EXIT_OK, **kw) -> FlowResult:
@@ -159,6 +160,26 @@ class TestShow:
         assert "user: 'Book me a flight'" in text
         assert '→ tool call create_booking {"flight":{"id":"KQ311"}}' in text
         assert "Your flight is booked: B-1042." in text
+
+    def test_one_turn_and_one_thread(self) -> None:
+        """--turn keeps one turn; --thread keeps a thread's turns, numbered by first turn."""
+        helper = chat_turn(3, text="Sub-agent answer.", system="You search flights.")
+        c = cassette([*BOOKING_TURNS, helper])
+        one = show_cassette(c, "c.json", turn=1)
+        assert "turn 1 —" in one and "turn 0 —" not in one and "turn 2 —" not in one
+        assert "  thread: 0" in one
+        side = show_cassette(c, "c.json", thread=1)
+        assert "thread 1: turn(s) 3" in side and "Sub-agent answer." in side and "turn 0 —" not in side
+        main = show_cassette(c, "c.json", thread=0)
+        assert [line.split(" —")[0] for line in main.splitlines() if line.startswith("turn ")] == [
+            "turn 0", "turn 1", "turn 2"]
+
+    def test_a_turn_or_thread_that_is_not_there_names_what_is(self) -> None:
+        """Asking for a missing turn or thread is a usage error listing the ones there are."""
+        with pytest.raises(FlowproofError, match="has no turn 7 — its turns are: 0, 1, 2"):
+            show_cassette(cassette(BOOKING_TURNS), "c.json", turn=7)
+        with pytest.raises(FlowproofError, match="has no thread 2 — its threads are: 0"):
+            show_cassette(cassette(BOOKING_TURNS), "c.json", thread=2)
 
 
 def anthropic_tool_result_turn(index: int) -> dict:
