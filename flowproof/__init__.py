@@ -20,6 +20,12 @@ from flowproof.errors import (
     SpecError,
     WireError,
 )
+from flowproof.expect import (
+    assert_no_tool_call,
+    assert_reply,
+    assert_tool_call,
+    cassette_trajectory,
+)
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult, Turn
 
 if TYPE_CHECKING:
@@ -86,7 +92,11 @@ __all__ = [
     "Turn",
     "WireError",
     "__version__",
+    "assert_no_tool_call",
+    "assert_reply",
+    "assert_tool_call",
     "build_trajectory",
+    "cassette_trajectory",
     "compare_responses",
     "evaluate",
     "load_cassette",

@@ -24,6 +24,7 @@ from flowproof.cassette import load_cassette
 from flowproof.cassette_check import check_cassette, error_turns
 from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, SpecError
 from flowproof.heal import diff_cassettes
+from flowproof.runner.collect import collect_specs
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
 from flowproof.runner.flags import (
     check_cassette_flag,
@@ -179,13 +180,15 @@ def _run_flows(selected: Sequence[Path], options: Any, jobs: int, cancel: Any,
 _SPEC_ARG = click.argument(
     "specs", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False)
 )
+#: flowproof-run also takes directories and (quoted) globs: `collect_specs` expands them.
+_RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
 
 
 @click.command(
     "flowproof-run",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@_SPEC_ARG
+@_RUN_SPEC_ARG
 @click.option("--replay", "mode", flag_value="replay", default=True, help="Replay the cassette strictly (default).")
 @click.option("--record", "mode", flag_value="record", help="Record a new cassette (kept only if the spec passes).")
 @click.option("--compare", "mode", flag_value="compare", help="Run live and report drift from the cassette; never writes.")
@@ -220,6 +223,9 @@ def run_command(
 ) -> None:
     """Run flow SPECs against their agents: replay (default), --record or --compare."""
 
+    if cassette is not None and len(specs) > 1:
+        raise FlowproofError("--cassette names one cassette, so it takes exactly one spec")
+    specs = tuple(collect_specs(specs))
     if cassette is not None and len(specs) > 1:
         raise FlowproofError("--cassette names one cassette, so it takes exactly one spec")
     if proxy_port and (jobs > 1) and len(specs) > 1:
@@ -326,13 +332,15 @@ def diff_command(old: Path, new: Path) -> None:
 
 @cli.command("show")
 @click.argument("cassette", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--thread", type=click.IntRange(min=0), help="Only this thread's turns (threads are numbered by their first turn, from 0).")
+@click.option("--turn", type=click.IntRange(min=0), help="Only the turn with this index.")
 @_edge
-def show_command(cassette: Path) -> None:
+def show_command(cassette: Path, thread: int | None, turn: int | None) -> None:
     """A cassette as a readable conversation."""
 
     loaded = load_cassette(cassette)
     check_cassette(loaded, cassette)
-    click.echo(show_cassette(loaded, cassette))
+    click.echo(show_cassette(loaded, cassette, thread=thread, turn=turn))
 
 
 @cli.command("env")

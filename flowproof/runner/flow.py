@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from flowproof.assertions import evaluate
+from flowproof.assertions import describe_assertion, evaluate
 from flowproof.cassette import Cassette, load_cassette, turn_views
 from flowproof.cassette_check import check_cassette, error_turns
 from flowproof.commands import record_command
@@ -61,7 +61,7 @@ from flowproof.runner.proxy import (
 )
 from flowproof.runner.recording import Staging
 from flowproof.spec import FlowSpec, load_spec, resolve_variables
-from flowproof.spec.types import AgentSpec
+from flowproof.spec.types import AgentSpec, ToolCallAssertion
 from flowproof.guard import guard_evidence
 from flowproof.mcp import calls_from_events
 from flowproof.trajectory import MCP, boundary_of, build_trajectory
@@ -395,7 +395,7 @@ def _verdict(
                 passed=r.passed,
                 message=r.message,
                 location=str(r.location) if r.location else None,
-                source=_step_source(r.step),
+                source=step_line(r.step),
             )
             for r in evaluate(spec, trajectory)
         )
@@ -459,9 +459,15 @@ def _keep(result: FlowResult, staging: Staging, existing: Cassette | None,
     return _with(result, heal_diff=heal, notes=(*result.notes, *errors))
 
 
-def _step_source(step: Any) -> str:
+def step_line(step: Any) -> str:
+    """A step as the report lists it, reading as what it checks: ``no call to issue_refund``
+    (a bare name after ✓ would read as if the tool had been called), ``create_booking where
+    flight.id equals KQ311``, ``reply contains booked``; ``strict: true`` for the strict check."""
     if step is None:
         return "strict: true"
+    if isinstance(step, ToolCallAssertion):
+        what = describe_assertion(step)
+        return f"no call to {what}" if step.negated else what
     source = getattr(step, "source", None)
     if source:
         return str(source)

@@ -22,9 +22,12 @@ from flowproof.errors import (
     EXIT_DRIFT,
     EXIT_OK,
     EXIT_USAGE,
+    FlowproofError,
 )
 from flowproof.compare import junit_cases, report_json, report_lines
+from flowproof.findings import findings
 from flowproof.heal import readable_turns, short_text
+from flowproof.trajectory import build_trajectory
 from flowproof.runner.flow import FlowResult
 
 PASS, FAIL = "✓", "✗"
@@ -173,6 +176,28 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
+def summary_table(results: Sequence[FlowResult]) -> str:
+    """One row per flow, in run order: mark, verdict, mode, seconds, spec path, name."""
+    rows = [
+        (
+            f"{PASS if r.passed else FAIL} {_verdict_name(r.exit_code)}",
+            r.mode,
+            f"{r.duration:.1f}s",
+            str(r.spec_path),
+            r.name,
+        )
+        for r in results
+    ]
+    header = ("  verdict", "mode", "time", "spec", "flow")
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
+
+    def line(row: tuple[str, ...]) -> str:
+        cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])]
+        return "  ".join([*cells, row[-1]]).rstrip()
+
+    return "\n".join([line(header), *(line(row) for row in rows)])
+
+
 def _guard_line(guard: dict[str, Any]) -> str:
     offered = "yes" if guard.get("offered") else "no"
     return (
@@ -187,8 +212,11 @@ def guard_warnings(result: FlowResult) -> list[str]:
 
 
 def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
-    """Every flow, a summary line, and the line that says what to do."""
+    """Every flow, a summary (a table when there are several flows), and the line that says
+    what to do."""
     blocks = [render_flow(r, verbose=verbose) for r in results]
+    if len(results) > 1:
+        blocks.append(summary_table(results))
     passed = sum(1 for r in results if r.passed)
     failed = [r for r in results if not r.passed]
     summary = f"{passed} of {len(results)} flow(s) passed"
@@ -201,6 +229,32 @@ def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
         worst = max(failed, key=lambda r: r.exit_code)
         last = next_step(worst)
     return "\n\n".join(blocks) + f"\n\n{summary}.\n{last}"
+
+
+def flow_findings(result: FlowResult) -> list[dict[str, Any]]:
+    """The flow's divergences, missing calls, drift, failed steps and error as data
+    (`flowproof.findings`); empty for a pass."""
+    if result.passed:
+        return []
+    return findings(
+        result.events,
+        result.steps,
+        mode=result.mode,
+        error=result.error,
+        compare=[c.to_json() for c in result.compare],
+    )
+
+
+def _finding_summary(finding: dict[str, Any]) -> str:
+    """A finding in one line, for a JUnit failure message."""
+    where = [f"turn {finding['turn']}"] if finding["turn"] is not None else []
+    if finding["thread"] is not None:
+        where.append(f"thread {finding['thread']}")
+    if finding["path"]:
+        where.append(str(finding["path"]))
+    head = f"{finding['kind']}" + (f" at {', '.join(where)}" if where else "")
+    first = (finding["message"] or "").splitlines()[:1]
+    return f"{head}: {first[0]}" if first else head
 
 
 def result_json(result: FlowResult) -> dict[str, Any]:
@@ -218,6 +272,7 @@ def result_json(result: FlowResult) -> dict[str, Any]:
             {"passed": s.passed, "source": s.source, "message": s.message, "location": s.location}
             for s in result.steps
         ],
+        "findings": flow_findings(result),
         "divergences": list(result.divergences),
         "drifts": list(result.drifts),
         "compare": report_json(result.compare) if result.mode == "compare" else None,
@@ -269,6 +324,7 @@ def junit_xml(results: Sequence[FlowResult]) -> str:
         errors=str(errors),
         time=f"{sum(r.duration for r in results):.3f}",
     )
+    suite_warnings: list[str] = []
     for r in results:
         case = ET.SubElement(
             suite,
@@ -278,15 +334,20 @@ def junit_xml(results: Sequence[FlowResult]) -> str:
             time=f"{r.duration:.3f}",
         )
         warnings = guard_warnings(r)
-        if warnings:
-            # JUnit has no warning element: a property per warning, and the text in system-out.
-            props = ET.SubElement(case, "properties")
-            for warning in warnings:
-                ET.SubElement(props, "property", name="flowproof.warning", value=warning)
+        # JUnit has no warning element: a suite property per warning, and the text in
+        # system-out (a testcase may not hold properties in the schema CI systems read).
+        suite_warnings.extend(f"{r.spec_path}: {w}" for w in warnings)
         if not r.passed:
             kind = "failure" if r.exit_code in failing else "error"
             node = ET.SubElement(case, kind, message=_verdict_name(r.exit_code), type=f"exit-{r.exit_code}")
             node.text = render_flow(r) + "\n" + next_step(r)
+            # Then each finding as its own failure: a one-line message, and the finding as
+            # JSON for tools that read more than the first failure.
+            for finding in flow_findings(r):
+                extra = ET.SubElement(
+                    case, kind, message=_finding_summary(finding), type=f"flowproof.{finding['kind']}"
+                )
+                extra.text = json.dumps(finding, ensure_ascii=False, indent=2, default=str)
         out = "".join(f"warning: {w}\n" for w in warnings) + (_tail(r.agent_stdout, 200) if r.agent_stdout else "")
         if out:
             ET.SubElement(case, "system-out").text = out
@@ -299,6 +360,11 @@ def junit_xml(results: Sequence[FlowResult]) -> str:
             )
             if not entry["passed"]:
                 ET.SubElement(sub, "failure", message=entry["message"], type="drift").text = entry["text"]
+    if suite_warnings:
+        props = ET.Element("properties")
+        for warning in suite_warnings:
+            ET.SubElement(props, "property", name="flowproof.warning", value=warning)
+        suite.insert(0, props)
     ET.indent(suite)
     # ElementTree escapes markup (<, &, quotes; `]]>` is harmless outside CDATA) but writes
     # control characters raw, which no XML parser accepts: they are made visible instead.
@@ -315,12 +381,44 @@ def write_junit(results: Sequence[FlowResult], path: Path) -> None:
 # --------------------------------------------------------------------------- cassettes
 
 
-def show_cassette(cassette: Cassette, path: Path | str = "") -> str:
-    """A cassette as a readable conversation: per turn the provider, model, roles,
-    the newest user text, tool calls with arguments and the reply text."""
+def cassette_threads(cassette: Cassette) -> dict[int, int]:
+    """Turn index -> thread number, threads numbered by their first turn (as compare
+    numbers them); a turn no codec reads has no thread."""
+    views = [view for _rt, view, _err in readable_turns(cassette) if view is not None]
+    threads = sorted(build_trajectory(views).threads, key=lambda t: t.first_index)
+    return {turn.index: number for number, thread in enumerate(threads) for turn in thread.turns}
+
+
+def show_cassette(
+    cassette: Cassette,
+    path: Path | str = "",
+    *,
+    thread: int | None = None,
+    turn: int | None = None,
+) -> str:
+    """A cassette as a readable conversation: per turn the provider, model, thread, roles,
+    the newest user text, tool calls with arguments and the reply text. ``thread`` and
+    ``turn`` keep only that thread's turns, or that one turn (`FlowproofError` naming
+    what exists when there is none)."""
     header = f"{path}: " if path else ""
     lines = [f"{header}{len(cassette.turns)} turn(s), route {cassette.route}, format {cassette.format}"]
-    for rt, view, err in readable_turns(cassette):
+    numbers = cassette_threads(cassette)
+    where = f"{path} " if path else "the cassette "
+    if turn is not None and turn not in {rt.index for rt in cassette.turns}:
+        indexes = ", ".join(str(rt.index) for rt in cassette.turns) or "none"
+        raise FlowproofError(f"{where}has no turn {turn} — its turns are: {indexes}")
+    if thread is not None and thread not in numbers.values():
+        known = ", ".join(str(n) for n in sorted(set(numbers.values()))) or "none"
+        raise FlowproofError(f"{where}has no thread {thread} — its threads are: {known}")
+    shown = [
+        item
+        for item in readable_turns(cassette)
+        if (turn is None or item[0].index == turn)
+        and (thread is None or numbers.get(item[0].index) == thread)
+    ]
+    if thread is not None:
+        lines.append(f"thread {thread}: turn(s) {', '.join(str(rt.index) for rt, _v, _e in shown)}")
+    for rt, view, err in shown:
         req = rt.request
         lines.append("")
         status = f"status {rt.response.status}" if rt.response is not None else "no response"
@@ -330,6 +428,7 @@ def show_cassette(cassette: Cassette, path: Path | str = "") -> str:
             lines.append(f"  (cannot be read: {err})")
             continue
         lines.append(f"  model: {view.request.model or '?'}")
+        lines.append(f"  thread: {numbers.get(rt.index, '?')}")
         lines.append(f"  roles: {' '.join(view.request.roles) or '-'}")
         if view.request.tools:
             lines.append(f"  tools offered: {', '.join(view.request.tools)}")

@@ -169,7 +169,7 @@ def test_agent_that_only_prompts_is_caught(
                              AGENT_ENFORCEMENT="prompt", **_keys())
     assert code == 1, output
     failed = [s for s in flow["steps"] if not s["passed"]]
-    assert [s["source"] for s in failed] == ["export_to_endpoint"]
+    assert [s["source"] for s in failed] == ["no call to export_to_endpoint"]
     assert "but export_to_endpoint (call 2 of 2, over MCP) was made" in failed[0]["message"]
     assert flow["guards"][0]["called"] == 1
     assert not server.marker.exists()  # answered by flowproof even though the guard failed

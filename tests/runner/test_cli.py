@@ -75,8 +75,14 @@ class TestRun:
         junit = tmp_path / "out" / "junit.xml"
         res = invoke(run_command, [spec, "--json", "--junit", junit])
         assert res.exit_code == 1
-        assert json.loads(res.output)["flows"][0]["exit_code"] == 1
-        assert "<testcase" in junit.read_text()
+        flow = json.loads(res.output)["flows"][0]
+        assert flow["exit_code"] == 1
+        # The failed steps are data too: their kind and the spec lines they sit on.
+        assert [(f["kind"], f["location"]) for f in flow["findings"]] == [
+            ("assertion", f"{spec}:13:5"),
+            ("assertion", f"{spec}:14:5"),
+        ]
+        assert "<testcase" in junit.read_text() and 'type="flowproof.assertion"' in junit.read_text()
 
     def test_several_flows_in_parallel(self, tmp_path: Path, fake_env) -> None:
         """-j 2 runs two flows and exits with the worst code (here: a missing cassette)."""
@@ -194,6 +200,17 @@ class TestDiffShow:
         res = invoke(cli, ["show", c])
         assert res.exit_code == 0 and "→ tool call search_flights" in res.output
 
+    def test_show_one_turn(self, tmp_path: Path) -> None:
+        """show --turn N prints that turn only; a turn that is not there exits 2 in one line."""
+        c = tmp_path / "c.json"
+        c.write_text(cassette_text(BOOKING_TURNS))
+        res = invoke(cli, ["show", c, "--turn", "1", "--thread", "0"])
+        assert res.exit_code == 0 and "→ tool call create_booking" in res.output
+        assert "search_flights {" not in res.output
+        res = invoke(cli, ["show", c, "--turn", "5"])
+        assert res.exit_code == 2 and "has no turn 5 — its turns are: 0, 1, 2" in res.output
+        assert "Traceback" not in res.output
+
 
 class TestEnv:
     def test_exports(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,3 +227,89 @@ class TestEnv:
         res = invoke(cli, ["env", "--proxy-port", "9123", "--base-url"])
         assert "export OPENAI_BASE_URL=http://127.0.0.1:9124/v1" in res.output
         assert "export ANTHROPIC_BASE_URL=http://127.0.0.1:9125" in res.output
+
+
+#: An agent that logs when it starts and ends, and waits (up to 15 s) until a second agent
+#: has started, so a run that never overlaps two flows fails visibly instead of passing slowly.
+COUNTING_AGENT = """\
+import os, sys, time
+name, log = sys.argv[1], sys.argv[2]
+def write(line):
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, (line + "\\n").encode())
+    os.close(fd)
+def starts():
+    with open(log) as fh:
+        return sum(1 for line in fh if line.startswith("start "))
+write("start " + name)
+deadline = time.monotonic() + 15
+while starts() < int(sys.argv[3]) and time.monotonic() < deadline:
+    time.sleep(0.05)
+write("end " + name)
+"""
+
+
+def counting_tree(tmp_path: Path, count: int, barrier: int) -> tuple[Path, Path]:
+    """``count`` passing specs spread over nested folders of ``tmp_path/flows``; returns the
+    folder and the log every agent writes its start and end to."""
+    agent = tmp_path / "agent.py"
+    agent.write_text(COUNTING_AGENT, encoding="utf-8")
+    log = tmp_path / "runs.log"
+    root = tmp_path / "flows"
+    for i in range(count):
+        folder = root / f"group{i % 2}" / ("deep" if i % 3 == 0 else "")
+        folder.mkdir(parents=True, exist_ok=True)
+        write_spec(folder, command=f"python {agent} f{i} {log} {barrier}", name=f"f{i}")
+        (folder / f"f{i}.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+    return root, log
+
+
+def runs(log: Path) -> list[str]:
+    return [line.split()[1] for line in log.read_text().splitlines() if line.startswith("start ")]
+
+
+class TestManyFlows:
+    def test_directory_with_two_jobs_runs_each_spec_once_two_at_a_time(self, tmp_path: Path, fake_env) -> None:
+        """A directory is searched recursively; -j 2 runs every spec exactly once, two at a time
+        (never three), and the run ends with one table row per flow."""
+        root, log = counting_tree(tmp_path, 4, barrier=2)
+        fake_env(events=turn_events(BOOKING_TURNS))
+        res = invoke(run_command, [root, "-j", "2"])
+        assert res.exit_code == 0, res.output
+        assert sorted(runs(log)) == ["f0", "f1", "f2", "f3"]
+        running = peak = 0
+        for line in log.read_text().splitlines():
+            running += 1 if line.startswith("start ") else -1
+            peak = max(peak, running)
+        assert peak == 2
+        table = res.output.split("\n\n")[-2].splitlines()
+        assert table[0].split() == ["verdict", "mode", "time", "spec", "flow"]
+        assert len(table) == 5 and all(row.split()[:3] == ["✓", "passed", "replay"] for row in table[1:])
+        assert "4 of 4 flow(s) passed" in res.output
+
+    def test_shards_cover_every_spec_exactly_once(self, tmp_path: Path, fake_env) -> None:
+        """--shard 1/3, 2/3 and 3/3 over the same directory run disjoint sets whose union is
+        every spec; a quoted glob selects the same specs as the directory."""
+        root, log = counting_tree(tmp_path, 5, barrier=1)
+        fake_env(events=turn_events(BOOKING_TURNS))
+        per_shard = []
+        for index in (1, 2, 3):
+            before = len(runs(log)) if log.exists() else 0
+            res = invoke(run_command, [f"{root}/**/*.flow.yaml", "--shard", f"{index}/3", "--json"])
+            assert res.exit_code == 0, res.output
+            per_shard.append(runs(log)[before:])
+            assert [Path(f["spec"]).name for f in json.loads(res.output)["flows"]] == [
+                f"{n}.flow.yaml" for n in per_shard[-1]
+            ]
+        assert all(per_shard) and sorted(sum(per_shard, [])) == ["f0", "f1", "f2", "f3", "f4"]
+
+    def test_a_directory_without_flows_is_a_usage_error(self, tmp_path: Path, fake_env) -> None:
+        """Naming a folder with no *.flow.yaml exits 2 with one line, running nothing."""
+        res = invoke(run_command, [tmp_path])
+        assert res.exit_code == 2 and "no *.flow.yaml" in res.output and "Traceback" not in res.output
+
+    def test_cassette_option_refuses_a_directory_of_several_flows(self, tmp_path: Path, fake_env) -> None:
+        """--cassette counts the specs a directory expands to, not the arguments."""
+        root, _ = counting_tree(tmp_path, 2, barrier=1)
+        res = invoke(run_command, [root, "--cassette", tmp_path / "c.json"])
+        assert res.exit_code == 2 and "exactly one spec" in res.output

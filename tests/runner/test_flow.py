@@ -275,3 +275,29 @@ class TestCompare:
         result = run_flow(spec, opts({"events": turn_events(BOOKING_TURNS), "skip_done": True}, mode="compare"))
         assert result.exit_code == EXIT_AGENT
         assert "missing calls could not be checked" in (result.error or "")
+
+
+class TestStepLines:
+    def test_each_step_reads_as_what_it_checks(self, tmp_path: Path) -> None:
+        """A passing guard reads "no call to …" (never a bare tool name, which reads as called);
+        where clauses and reply checks read as written; the strict check names itself."""
+        from flowproof.runner.flow import step_line
+        from flowproof.spec import load_spec
+
+        spec = tmp_path / "guard.flow.yaml"
+        spec.write_text(
+            "name: guard\napp: agent\nagent:\n  command: a\nsteps:\n  - prompt: hi\n"
+            "  - assert_tool_call: lookup_order where order_id equals A-1001\n"
+            "  - assert_no_tool_call: issue_refund\n"
+            "  - assert_no_tool_call: create_booking where passenger.name equals Mallory\n"
+            "  - assert: reply contains not eligible\n",
+            encoding="utf-8",
+        )
+        lines = [step_line(s) for s in load_spec(spec).steps[1:]]
+        assert lines == [
+            "lookup_order where order_id equals A-1001",
+            "no call to issue_refund",
+            "no call to create_booking where passenger.name equals Mallory",
+            "reply contains not eligible",
+        ]
+        assert step_line(None) == "strict: true"

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
+from importlib.resources import files
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+import jsonschema
+import pytest
+
 from flowproof.cassette import loads_cassette
 from flowproof.compare import compare_responses, missing_result
-from flowproof.errors import EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK
+from flowproof.divergence import Divergence, FieldChange
+from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK
+from flowproof.errors import FlowproofError
+from flowproof.events import DivergenceEvent, DoneEvent, DriftEvent
 from flowproof.model import FinishReason, ResponseView, ToolCall
 from flowproof.runner.flow import FlowResult
 from flowproof.runner.report import (
@@ -20,7 +28,7 @@ from flowproof.runner.report import (
 )
 from flowproof.verdict import StepResult
 
-from .helpers import BOOKING_TURNS, cassette_text
+from .helpers import BOOKING_TURNS, cassette_text, chat_turn
 
 
 def result(code: int = EXIT_OK, **kw) -> FlowResult:
@@ -54,6 +62,22 @@ class TestText:
         text = render_text([result(EXIT_DIVERGENCE, divergences=("book.flight.id: recorded KQ311, replayed KQ999",))])
         assert "replayed KQ999" in text
         assert "flowproof-run booking.flow.yaml --record" in text.splitlines()[-1]
+
+    def test_several_flows_end_with_one_table(self) -> None:
+        """Several flows end with a table: a header and one aligned row per flow, in run order."""
+        text = render_text([
+            result(duration=1.25),
+            result(EXIT_ASSERTION, spec_path=Path("deep/refund.flow.yaml"), name="Refund guard"),
+        ])
+        table = text.split("\n\n")[-2].splitlines()
+        assert table[1].split() == ["✓", "passed", "replay", "1.2s", "booking.flow.yaml", "Booking"]
+        assert table[2].split()[:4] == ["✗", "assertion", "failed", "replay"] and table[2].endswith("Refund guard")
+        assert table[1].index("booking.flow.yaml") == table[2].index("deep/refund.flow.yaml")
+        assert "1 of 2 flow(s) passed" in text
+
+    def test_one_flow_has_no_table(self) -> None:
+        """A single flow's report is not followed by a one-row table."""
+        assert "verdict" not in render_text([result()])
 
     def test_worst_exit(self) -> None:
         """Several flows exit with the worst code."""
@@ -137,6 +161,26 @@ class TestShow:
         assert '→ tool call create_booking {"flight":{"id":"KQ311"}}' in text
         assert "Your flight is booked: B-1042." in text
 
+    def test_one_turn_and_one_thread(self) -> None:
+        """--turn keeps one turn; --thread keeps a thread's turns, numbered by first turn."""
+        helper = chat_turn(3, text="Sub-agent answer.", system="You search flights.")
+        c = cassette([*BOOKING_TURNS, helper])
+        one = show_cassette(c, "c.json", turn=1)
+        assert "turn 1 —" in one and "turn 0 —" not in one and "turn 2 —" not in one
+        assert "  thread: 0" in one
+        side = show_cassette(c, "c.json", thread=1)
+        assert "thread 1: turn(s) 3" in side and "Sub-agent answer." in side and "turn 0 —" not in side
+        main = show_cassette(c, "c.json", thread=0)
+        assert [line.split(" —")[0] for line in main.splitlines() if line.startswith("turn ")] == [
+            "turn 0", "turn 1", "turn 2"]
+
+    def test_a_turn_or_thread_that_is_not_there_names_what_is(self) -> None:
+        """Asking for a missing turn or thread is a usage error listing the ones there are."""
+        with pytest.raises(FlowproofError, match="has no turn 7 — its turns are: 0, 1, 2"):
+            show_cassette(cassette(BOOKING_TURNS), "c.json", turn=7)
+        with pytest.raises(FlowproofError, match="has no thread 2 — its threads are: 0"):
+            show_cassette(cassette(BOOKING_TURNS), "c.json", thread=2)
+
 
 def anthropic_tool_result_turn(index: int) -> dict:
     """An anthropic cassette turn whose newest user message holds only a tool result."""
@@ -174,3 +218,124 @@ class TestShowPrompt:
         user_lines = [line for line in text.splitlines() if line.startswith("  user:")]
         assert user_lines == ["  user: 'Book me a flight to NBO'"]
         assert "tool result (search_flights): 'KQ311 found'" in text
+
+
+# --------------------------------------------------------------------------- structured results
+
+def structured_results() -> list[FlowResult]:
+    """One flow of every outcome, with the events and steps that produced it."""
+    div = Divergence("unmatched", 2, 1, fields=(FieldChange("messages.1.content", "{}", "{}", inner="flight.id"),),
+                     hint="re-record").to_json()
+    drift = {"equal": False, "turn_index": 0, "tool_calls": {"equal": True, "recorded": [], "live": []},
+             "finish_reason": {"equal": True, "recorded": "stop", "live": "stop"},
+             "text": {"status": "different", "recorded": "booked", "live": "sold out"}}
+    failed_step = StepResult(False, "expected create_booking", "b.flow.yaml:9:5", "assert_tool_call: create_booking")
+    return [
+        result(steps=(StepResult(True, "ok", None, "assert: reply contains booked"),),
+               guards=({"assertion": "assert_no_tool_call: issue_refund", "warning": "compliance, not enforcement"},)),
+        result(EXIT_DIVERGENCE, divergences=("request 2 matches no recorded turn",),
+               events=(DivergenceEvent("1", "request 2 matches no recorded turn", div),)),
+        result(EXIT_DIVERGENCE, missing="1 recorded call(s) were never made", events=(DoneEvent((2,)),)),
+        result(EXIT_DRIFT, mode="compare", drifts=("text differs",), events=(DriftEvent("0", "text differs", drift),)),
+        result(EXIT_ASSERTION, steps=(failed_step,)),
+        result(EXIT_AGENT, error="the agent exited with code 1", agent_stdout="\x1b[31mboom\x1b[0m"),
+        compare_run(),
+    ]
+
+
+REPORT_SCHEMA = json.loads(files("flowproof").joinpath("schemas/report.schema.json").read_text())
+
+
+class TestStructuredJson:
+    def test_report_validates_against_the_shipped_schema(self) -> None:
+        """--json of every outcome validates against flowproof/schemas/report.schema.json."""
+        doc = json.loads(render_json(structured_results()))
+        jsonschema.Draft202012Validator.check_schema(REPORT_SCHEMA)
+        jsonschema.Draft202012Validator(REPORT_SCHEMA).validate(doc)
+
+    def test_findings_carry_the_data(self) -> None:
+        """Each failing flow's findings name kind, turn, path and both sides; a pass has none."""
+        flows = json.loads(render_json(structured_results()))["flows"]
+        assert flows[0]["findings"] == []
+        div = flows[1]["findings"][0]
+        assert (div["kind"], div["turn"], div["path"], div["hint"]) == ("divergence", 1, "messages.1.content → flight.id", "re-record")
+        assert [(f["kind"], f["turn"]) for f in flows[2]["findings"]] == [("missing", 2)]
+        drift = flows[3]["findings"][0]
+        assert (drift["kind"], drift["path"], drift["recorded"], drift["live"]) == ("drift", "text", "booked", "sold out")
+        assert flows[4]["findings"][0]["location"] == "b.flow.yaml:9:5"
+        assert flows[5]["findings"][0]["kind"] == "error"
+        # Compare: the structured compare results are the drift, path by path.
+        compared = flows[6]["findings"]
+        assert {f["kind"] for f in compared} == {"drift"}
+        assert [f["turn"] for f in compared if f["detail"] == "missing"] == [3]
+        assert any(f["turn"] == 1 and "KQ311" in json.dumps(f["recorded"]) and "KQ999" in json.dumps(f["live"])
+                   for f in compared)
+
+    def test_the_schema_refuses_a_finding_without_its_fields(self) -> None:
+        """The schema is strict: a finding missing `path` does not validate."""
+        doc = json.loads(render_json(structured_results()))
+        del doc["flows"][1]["findings"][0]["path"]
+        with pytest.raises(jsonschema.ValidationError, match="path"):
+            jsonschema.validate(doc, REPORT_SCHEMA)
+
+
+#: The JUnit XML shape CI systems read (Jenkins, GitLab, the surefire/xunit2 family),
+#: written down as rules: which elements go where and which attributes they may carry.
+_SUITE_ATTRS = {"name", "tests", "failures", "errors", "group", "time", "skipped", "timestamp",
+                "hostname", "id", "package", "file", "log", "url", "version"}
+_CASE_ATTRS = {"name", "time", "classname", "group"}
+_TIME = re.compile(r"^(([0-9]{0,3},)*[0-9]{3}|[0-9]{0,3})*(\.[0-9]{0,3})?$")
+
+
+def junit_problems(text: str) -> list[str]:
+    """Every way ``text`` departs from the JUnit shape; empty when it conforms."""
+    root = ET.fromstring(text)
+    suites = [root] if root.tag == "testsuite" else list(root) if root.tag == "testsuites" else []
+    problems = [] if suites else [f"root element <{root.tag}>"]
+    for suite in suites:
+        problems += [f"testsuite lacks {a}" for a in ("name", "tests", "failures", "errors") if a not in suite.attrib]
+        problems += [f"testsuite has {a}" for a in set(suite.attrib) - _SUITE_ATTRS]
+        if "time" in suite.attrib and not _TIME.match(suite.attrib["time"]):
+            problems.append(f"testsuite time {suite.attrib['time']!r}")
+        cases = [c for c in suite if c.tag == "testcase"]
+        problems += [f"<{c.tag}> in testsuite" for c in suite if c.tag not in ("testcase", "properties", "system-out", "system-err")]
+        for props in suite.iter("properties"):
+            problems += [f"property lacks {a}" for p in props for a in ("name", "value") if a not in p.attrib]
+        for case in cases:
+            problems += [f"testcase has {a}" for a in set(case.attrib) - _CASE_ATTRS]
+            if "name" not in case.attrib:
+                problems.append("testcase without name")
+            for child in case:
+                if child.tag not in ("skipped", "error", "failure", "system-out", "system-err"):
+                    problems.append(f"<{child.tag}> in testcase {case.get('name')}")
+                if child.tag in ("failure", "error", "skipped"):
+                    problems += [f"<{child.tag}> has {a}" for a in set(child.attrib) - {"type", "message"}]
+        counts = {"tests": len(cases),
+                  "failures": sum(1 for c in cases if c.find("failure") is not None),
+                  "errors": sum(1 for c in cases if c.find("error") is not None)}
+        problems += [f"{k}={suite.get(k)} but {v} found" for k, v in counts.items() if suite.get(k) != str(v)]
+    return problems
+
+
+class TestStructuredJunit:
+    def test_junit_has_the_shape_ci_reads(self) -> None:
+        """The JUnit file of every outcome (guard warnings included) conforms to the JUnit shape."""
+        assert junit_problems(junit_xml(structured_results())) == []
+
+    def test_the_shape_check_catches_a_property_in_a_testcase(self) -> None:
+        """The checker is not blind: a testcase holding <properties> is reported."""
+        bad = '<testsuite name="s" tests="1" failures="0" errors="0"><testcase name="c"><properties/></testcase></testsuite>'
+        assert junit_problems(bad) == ["<properties> in testcase c"]
+
+    def test_each_finding_is_a_failure_with_its_data(self) -> None:
+        """After the readable report, each finding is a <failure> typed by kind whose text is the
+        finding as JSON (what --json carries)."""
+        results = structured_results()
+        suite = ET.fromstring(junit_xml(results))
+        case = suite.findall("testcase")[1]
+        first, *extra = case.findall("failure")
+        assert first.get("message") == "replay divergence" and "matches no recorded turn" in (first.text or "")
+        assert [e.get("type") for e in extra] == ["flowproof.divergence"]
+        assert extra[0].get("message", "").startswith("divergence at turn 1, messages.1.content → flight.id:")
+        assert json.loads(extra[0].text or "") == json.loads(render_json(results))["flows"][1]["findings"][0]
+        assert [e.get("type") for e in suite.findall("testcase")[5].findall("error")] == ["exit-5", "flowproof.error"]

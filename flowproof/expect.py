@@ -1,0 +1,85 @@
+"""Trajectory assertions for Python tests, in the words of a flow spec.
+
+A test that drives its agent itself (in-process, or from a cassette) asserts on
+the `Trajectory` with the same matchers and the same failure messages as a spec:
+
+    assert_tool_call(trajectory, "create_booking where flight.id equals KQ311")
+    assert_no_tool_call(trajectory, "issue_refund")
+    assert_reply(trajectory, "booked")
+
+A failure raises `AssertionError` whose text is the spec's message (what was
+expected, and what the trajectory held: the nearest call, the value at the path).
+A line the spec language cannot parse raises `SpecError`. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flowproof.assertions import AssertionResult, evaluate
+from flowproof.cassette import Cassette, turn_views
+from flowproof.spec.clauses import parse_tool_line
+from flowproof.spec.types import (
+    AgentSpec,
+    FlowSpec,
+    Location,
+    ReplyAssertion,
+    Step,
+    ToolCallAssertion,
+)
+from flowproof.trajectory import Trajectory, build_trajectory
+
+__all__ = ["assert_no_tool_call", "assert_reply", "assert_tool_call", "cassette_trajectory"]
+
+#: Where a line given in Python "is": messages name it instead of a spec file position.
+_HERE = Location("<python>", 1, 1)
+
+
+def assert_tool_call(trajectory: Trajectory, line: str) -> AssertionResult:
+    """Pass when some tool call matches ``line`` (``tool [where clause (and clause)*]``)."""
+    tool, clauses = parse_tool_line(line, _HERE)
+    step = ToolCallAssertion(tool, clauses, False, f"assert_tool_call: {line}", _HERE)
+    return _check(step, trajectory)
+
+
+def assert_no_tool_call(trajectory: Trajectory, line: str) -> AssertionResult:
+    """Pass when no tool call matches ``line`` (a bare tool name: it was never called)."""
+    tool, clauses = parse_tool_line(line, _HERE, keyword="assert_no_tool_call")
+    step = ToolCallAssertion(tool, clauses, True, f"assert_no_tool_call: {line}", _HERE)
+    return _check(step, trajectory)
+
+
+def assert_reply(trajectory: Trajectory, contains: str) -> AssertionResult:
+    """Pass when the agent replied and the reply contains ``contains``."""
+    return _check(ReplyAssertion(contains, f"assert: reply contains {contains}", _HERE), trajectory)
+
+
+def cassette_trajectory(cassette: Cassette) -> Trajectory:
+    """The trajectory a cassette holds (every turn, through its codec)."""
+    return build_trajectory([turn_views(t) for t in cassette.turns])
+
+
+def _check(step: Step, trajectory: Trajectory) -> AssertionResult:
+    (result,) = evaluate(_one_step_flow(step), trajectory)
+    if not result.passed:
+        raise AssertionError(result.message)
+    return result
+
+
+def _one_step_flow(step: Step) -> FlowSpec:
+    # `evaluate` reads only the steps and `strict`; the rest says "no spec file".
+    agent = AgentSpec(None, None, (), 0.0, None, "proxy", _HERE)
+    return FlowSpec(
+        path=Path(_HERE.path),
+        name="",
+        app="",
+        agent=agent,
+        tools=(),
+        mcp=(),
+        strict=False,
+        cassette=Path(),
+        volatile=(),
+        presets=(),
+        steps=(step,),
+        location=_HERE,
+    )

@@ -1,0 +1,130 @@
+"""Tests for flowproof.pytest_plugin, through pytest's own pytester: collection, a pass, a
+failure's text, --flowproof-mode, and pytest-xdist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .runner.conftest import FAKE_ADDON
+from .runner.helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events, write_script, write_spec
+
+pytest_plugins = ("pytester",)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ca_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One CA for these tests (created by the first flow, under the plugin's lock)."""
+    return tmp_path_factory.mktemp("ca") / "ca"
+
+
+@pytest.fixture
+def flows(pytester: pytest.Pytester, ca_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Two flows (one passes, one fails an assertion) under a nested folder, run through the
+    stand-in addon; returns the folder."""
+    monkeypatch.setenv("FLOWPROOF_ADDON_SCRIPT", str(FAKE_ADDON))
+    monkeypatch.setenv("FLOWPROOF_CA_DIR", str(ca_dir))
+    monkeypatch.delenv("FLOWPROOF_UPSTREAM", raising=False)
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    folder = pytester.path / "specs" / "nested"
+    folder.mkdir(parents=True)
+    write_spec(folder, name="good")
+    (folder / "good.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+    bad = write_spec(pytester.path / "specs", name="bad")
+    bad.write_text(bad.read_text().replace("name: Booking assistant books a flight", "name: Refund guard"))
+    (pytester.path / "specs" / "bad.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+    (pytester.path / "specs" / "notes.yaml").write_text("not: a flow\n")
+    script = write_script(pytester.path / "script.json", events=turn_events(BOOKING_TURNS))
+    monkeypatch.setenv("FAKE_FLOWPROOF_SCRIPT", str(script))
+    return pytester.path / "specs"
+
+
+def make_good_only(specs: Path) -> None:
+    (specs / "bad.flow.yaml").unlink()
+
+
+class TestCollection:
+    def test_one_item_per_flow_named_by_the_spec(self, pytester: pytest.Pytester, flows: Path) -> None:
+        """Each *.flow.yaml is one item whose id is its file and its spec name; other YAML is not."""
+        res = pytester.runpytest("--collect-only", "-q", "specs")
+        assert sorted(line for line in res.outlines if "::" in line) == [
+            "specs/bad.flow.yaml::Refund guard",
+            "specs/nested/good.flow.yaml::Booking assistant books a flight",
+        ]
+
+    def test_a_spec_that_does_not_load_is_an_item_failing_with_the_spec_error(
+        self, pytester: pytest.Pytester, flows: Path
+    ) -> None:
+        """A broken spec is collected under its file stem and fails with file:line, no traceback."""
+        (flows / "broken.flow.yaml").write_text("name: x\napp: agent\nagent:\n  command: a\nsteps:\n  - assert_tool_call: 'q where a matches ['\n")
+        res = pytester.runpytest("specs/broken.flow.yaml", "-v")
+        res.assert_outcomes(failed=1)
+        text = res.stdout.str()
+        assert "specs/broken.flow.yaml::broken FAILED" in text
+        assert "broken.flow.yaml:6:" in text and "Traceback" not in text
+
+
+class TestRun:
+    def test_pass_and_failure_text(self, pytester: pytest.Pytester, flows: Path) -> None:
+        """A passing flow passes; a failing flow's failure text is flowproof's report (the ✗
+        step, what the trajectory held, what to do) with no Python traceback."""
+        bad = flows / "bad.flow.yaml"
+        turns = [BOOKING_TURNS[0], chat_turn(1, call=("create_booking", {"flight": {"id": "KQ999"}})), BOOKING_TURNS[2]]
+        (flows / "bad.cassette.json").write_text(cassette_text(turns))
+        # Both flows share the scripted events, so the bad one asserts on what they hold.
+        bad.write_text(bad.read_text().replace("equals KQ311", "equals KQ999"))
+        res = pytester.runpytest("specs", "-v")
+        res.assert_outcomes(passed=1, failed=1)
+        text = res.stdout.str()
+        assert "specs/nested/good.flow.yaml::Booking assistant books a flight PASSED" in text
+        assert "specs/bad.flow.yaml::Refund guard FAILED" in text
+        failure = text.split(" Refund guard _")[1].split("short test summary")[0]
+        assert "✗ Refund guard [replay] — assertion failed" in failure
+        assert "✗ create_booking where flight.id equals KQ999" in failure
+        assert 'flight.id is "KQ311"' in failure
+        assert "Fix the agent" in failure
+        assert failure.count("✗ Refund guard [replay]") == 1
+        for noise in ("Traceback", "def runtest", "FlowFailure", "pytest_plugin.py"):
+            assert noise not in failure
+
+    def test_mode_option_reaches_the_flow(self, pytester: pytest.Pytester, flows: Path) -> None:
+        """--flowproof-mode compare runs the flow in compare mode (the report says so)."""
+        make_good_only(flows)
+        res = pytester.runpytest("specs", "--flowproof-mode", "compare", "-rA")
+        res.assert_outcomes(passed=1)
+        assert "Booking assistant books a flight [compare] — passed" in res.stdout.str()
+
+    def test_bad_mode_is_refused(self, pytester: pytest.Pytester, flows: Path) -> None:
+        """An unknown mode is a usage error naming the choices."""
+        res = pytester.runpytest("specs", "--flowproof-mode", "live")
+        assert res.ret == pytest.ExitCode.USAGE_ERROR
+        assert "record" in res.stderr.str() and "compare" in res.stderr.str()
+
+    def test_under_xdist_every_flow_runs_once(self, pytester: pytest.Pytester, flows: Path, tmp_path: Path) -> None:
+        """Under pytest -n 2 four flows pass, each run exactly once, each proxy on its own port."""
+        make_good_only(flows)
+        good = (flows / "nested" / "good.flow.yaml").read_text()
+        log = tmp_path / "runs.log"
+        for i in range(4):
+            spec = write_spec(flows, name=f"p{i}", command=f"echo p{i} >> {log}")
+            spec.write_text(spec.read_text().replace("name: Booking assistant books a flight", f"name: flow {i}"))
+            (flows / f"p{i}.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        assert good  # the nested flow stays too
+        res = pytester.runpytest_subprocess("specs", "-n", "2", "-p", "xdist", "--junitxml", "junit.xml")
+        res.assert_outcomes(passed=5)
+        assert sorted(log.read_text().split()) == ["p0", "p1", "p2", "p3"]
+        assert "2 workers" in res.stdout.str()
+
+
+class TestOwnSuite:
+    def test_our_suite_collects_no_flows(self) -> None:
+        """`pytest` in this repository runs tests/ only (testpaths), and nothing there is a
+        *.flow.yaml, so the example flows run only when named: `pytest example_specs`."""
+        pyproject = (ROOT / "pyproject.toml").read_text()
+        assert 'testpaths = ["tests"]' in pyproject
+        assert list((ROOT / "tests").rglob("*.flow.yaml")) == []
+
+
