@@ -1,9 +1,11 @@
 """The pytest plugin: every ``*.flow.yaml`` pytest is pointed at is one test.
 
 Registered through the ``pytest11`` entry point, so installing flowproof is
-enough: ``pytest specs/`` runs each flow as ``flowproof-run`` would (its own
-proxy on a free port, so ``pytest -n 4`` under pytest-xdist is safe), and a
-failing flow's report is the failure text — no Python traceback. The mode is
+enough: ``pytest specs/`` runs each flow as ``flowproof-run`` would, and a
+failing flow's report is the failure text — no Python traceback. The flows of
+one pytest process share one warm proxy (a session each, with its own listeners
+on free ports), so under pytest-xdist each worker starts one proxy and
+``pytest -n 4`` is safe. The mode is
 ``--flowproof-mode record|replay|compare`` (default replay).
 
 Python tests that drive their agent themselves assert on a trajectory with the
@@ -25,6 +27,7 @@ from flowproof.runner.collect import FLOW_SUFFIX
 from flowproof.runner.env import default_ca_dir, ensure_ca
 from flowproof.runner.flow import MODES, RunOptions, run_flow
 from flowproof.runner.report import render_flow, next_step
+from flowproof.runner.warm import ProxyPool
 from flowproof.spec import load_spec
 
 __all__ = ["FlowFile", "FlowItem"]
@@ -39,6 +42,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="How *.flow.yaml items run: replay the cassette strictly (default), record a "
         "new one (kept only if the flow passes), or compare live against it.",
     )
+
+
+#: The warm proxies of this pytest process (one per xdist worker), closed at unconfigure.
+_POOL = pytest.StashKey[ProxyPool]()
+
+
+def proxy_pool(config: pytest.Config) -> ProxyPool:
+    """This pytest process's warm proxies, created on the first flow."""
+    pool = config.stash.get(_POOL, None)
+    if pool is None:
+        pool = config.stash[_POOL] = ProxyPool()
+    return pool
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    pool = config.stash.get(_POOL, None)
+    if pool is not None:
+        pool.close()
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -74,9 +95,13 @@ class FlowItem(pytest.Item):
     def runtest(self) -> None:
         mode = str(self.config.getoption("flowproof_mode"))
         _shared_ca()
-        result = run_flow(self.path, RunOptions(mode=mode))
+        pool = proxy_pool(self.config)
+        result = run_flow(self.path, RunOptions(mode=mode, proxies=pool))
         report = render_flow(result) + "\n" + next_step(result)
         self.user_properties.append(("flowproof_exit_code", result.exit_code))
+        # Which warm proxy served the flow (none when it needed one of its own): the proof
+        # that a worker starts one proxy for all its flows.
+        self.user_properties.append(("flowproof_proxy_pid", pool.pids[-1] if pool.pids else 0))
         if not result.passed:
             raise FlowFailure(report, result.exit_code)
         # A pass has something to read too (the steps, a record's heal diff): `pytest -rP`.

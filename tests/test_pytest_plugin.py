@@ -3,7 +3,9 @@ failure's text, --flowproof-mode, and pytest-xdist."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -117,6 +119,42 @@ class TestRun:
         res.assert_outcomes(passed=5)
         assert sorted(log.read_text().split()) == ["p0", "p1", "p2", "p3"]
         assert "2 workers" in res.stdout.str()
+
+
+class TestWarmProxyPerWorker:
+    def test_each_xdist_worker_starts_one_proxy_for_all_its_flows(
+        self, pytester: pytest.Pytester, ca_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Six replayed flows under -n 2, through the real addon: every flow passes, and the
+        flows of one worker were all served by that worker's one proxy."""
+        for name in ("FLOWPROOF_ADDON_SCRIPT", "FLOWPROOF_UPSTREAM", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+                     "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("FLOWPROOF_CA_DIR", str(ca_dir))
+        specs = pytester.path / "specs"
+        specs.mkdir()
+        examples = ROOT / "example_specs"
+        shutil.copy(examples / "booking_agent.py", specs)
+        for i in range(6):
+            shutil.copy(examples / "booking.flow.yaml", specs / f"b{i}.flow.yaml")
+            shutil.copy(examples / "booking.cassette.json", specs / f"b{i}.cassette.json")
+        pytester.makeconftest(
+            "import os\n"
+            "def pytest_runtest_setup(item):\n"
+            "    item.user_properties.append(('worker', os.environ.get('PYTEST_XDIST_WORKER', '')))\n"
+        )
+        res = pytester.runpytest_subprocess("specs", "-n", "2", "-p", "xdist", "--junitxml", "junit.xml",
+                                            timeout=600)
+        res.assert_outcomes(passed=6)
+        proxy_of: dict[str, set[str]] = {}
+        for case in ElementTree.parse(pytester.path / "junit.xml").iter("testcase"):
+            props = {p.get("name"): p.get("value") for p in case.iter("property")}
+            assert props["flowproof_proxy_pid"] not in (None, "0"), props
+            proxy_of.setdefault(str(props["worker"]), set()).add(str(props["flowproof_proxy_pid"]))
+        assert set(proxy_of) <= {"gw0", "gw1"} and proxy_of, proxy_of
+        # One proxy per worker, never one per flow; no two workers share one.
+        assert all(len(pids) == 1 for pids in proxy_of.values()), proxy_of
+        assert len(set.union(*proxy_of.values())) == len(proxy_of)
 
 
 class TestOwnSuite:

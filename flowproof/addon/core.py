@@ -17,7 +17,9 @@ cassette is parsed once, in ``configure``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from mitmproxy import ctx, exceptions, tls
 from mitmproxy.addonmanager import Loader
@@ -29,13 +31,14 @@ from flowproof.addon.options import MODES, ROUTES, AddonConfig, Mode, build_conf
 from flowproof.addon.record import Record
 from flowproof.addon.replay import Replay
 from flowproof.addon.shared import Shared, config_record_command, log
+from flowproof.addon.warm import WarmSessions
 from flowproof.cassette import load_cassette
 from flowproof.errors import FlowproofError, SpecError
 from flowproof.events import Listener, ReadyEvent, TlsFailedEvent
 from flowproof.mcp import parse_route
 from flowproof.replay import Replayer, route_mismatch
 
-__all__ = ["CONCERNS", "OPTION_NAMES", "Flowproof"]
+__all__ = ["CONCERNS", "OPTION_NAMES", "FlowState", "Flowproof", "build_flow_state"]
 
 #: The short names of every option (``flowproof_<name>``), in the order `load` registers them.
 OPTION_NAMES: tuple[str, ...] = (
@@ -51,7 +54,7 @@ OPTION_NAMES: tuple[str, ...] = (
     "home",
     "mcp",
 )
-_OPTIONS = frozenset(f"flowproof_{n}" for n in OPTION_NAMES)
+_OPTIONS = frozenset(f"flowproof_{n}" for n in (*OPTION_NAMES, "control"))
 
 #: The addon that handles model calls in each mode.
 CONCERNS: dict[Mode, type[Record | Replay | Compare]] = {
@@ -59,6 +62,58 @@ CONCERNS: dict[Mode, type[Record | Replay | Compare]] = {
     Mode.REPLAY: Replay,
     Mode.COMPARE: Compare,
 }
+
+
+@dataclass(slots=True)
+class FlowState:
+    """Everything one flow's model calls need: the shared state, the MCP boundary and the
+    mode's concern. A single-flow proxy has one (from its options); a warm proxy one per
+    session (`flowproof.addon.warm`)."""
+
+    shared: Shared
+    mcp: McpBoundary
+    concern: Record | Replay | Compare
+
+    @property
+    def addons(self) -> list[object]:
+        """In hook order: the MCP boundary (it claims MCP traffic first), the concern, the log."""
+        return [self.mcp, self.concern, self.shared.events]
+
+
+def build_flow_state(
+    values: Mapping[str, object], environ: Mapping[str, str] | None = None, previous: Shared | None = None
+) -> FlowState:
+    """The `FlowState` for raw option values (``{"mode": …, "cassette": …}``); raises
+    mitmproxy's ``OptionsError`` naming the option that is wrong. ``previous``'s open event
+    log is kept when the log path did not change (a reconfigure never truncates it)."""
+    try:
+        config = build_config(values, environ)
+    except SpecError as e:
+        raise exceptions.OptionsError(f"Cannot load flowproof_spec {values['spec']}: {e}") from None
+    except (ValueError, FlowproofError) as e:
+        raise exceptions.OptionsError(f"Cannot parse {e}") from None
+
+    try:
+        routes = [parse_route(str(v)) for v in values.get("mcp") or ()]  # type: ignore[attr-defined]
+    except ValueError as e:
+        raise exceptions.OptionsError(f"Cannot parse flowproof_mcp: {e}") from None
+    replayer = Flowproof._replayer(config) if config.mode is not Mode.RECORD else None
+    if config.mode is Mode.RECORD:
+        _check_record_target(config)
+
+    shared = Shared(config, replayer)
+    if previous is not None:
+        if config.report == previous.config.report:
+            shared.events = previous.events  # keep the open log
+        else:
+            previous.events.close()
+    return FlowState(shared, McpBoundary(shared, routes), CONCERNS[config.mode](shared))
+
+
+def wants_lazy(shared: Shared) -> bool:
+    """Replay must never dial the real host, and a mapped host may not even resolve:
+    mitmproxy's default (eager) strategy connects upstream at CONNECT time."""
+    return shared.config.mode is Mode.REPLAY or bool(shared.config.upstream)
 
 
 class Flowproof:
@@ -69,11 +124,16 @@ class Flowproof:
         self.concern: Record | Replay | Compare = Replay(self.shared)
         self.mcp = McpBoundary(self.shared)
         self._last_error: exceptions.OptionsError | None = None
+        #: Set when ``flowproof_control`` names a socket: this proxy serves many flows.
+        self.warm: WarmSessions | None = None
 
     @property
     def addons(self) -> list[object]:
         """The children mitmproxy invokes after the root: the MCP boundary (it claims MCP
-        traffic first), the mode's concern, then the event log."""
+        traffic first), the mode's concern, then the event log. A warm proxy has one child,
+        the router that hands each flow to its session's chain."""
+        if self.warm is not None:
+            return [self.warm]
         return [self.mcp, self.concern, self.shared.events]
 
     @property
@@ -130,6 +190,11 @@ class Flowproof:
             "flowproof_mcp", Sequence[str], [],
             "A spec's MCP server and its real url, as NAME=URL: its declared tools are answered here.",
         )
+        loader.add_option(
+            "flowproof_control", str, "",
+            "A Unix socket path: serve many flows, each opened there with its own options and "
+            "listeners (flowproof-run does this); the other flowproof_* options are then unused.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         if not updated & _OPTIONS:
@@ -148,37 +213,20 @@ class Flowproof:
         self._last_error = None
 
     def _configure(self) -> None:
+        control = str(ctx.options.flowproof_control or "")
+        if control:
+            if self.warm is None:
+                self.warm = WarmSessions(Path(control), build_flow_state, wants_lazy)
+            self.shared.events.path = Path(ctx.options.flowproof_report) if ctx.options.flowproof_report else None
+            return
+        if self.warm is not None:
+            raise exceptions.OptionsError("flowproof_control cannot be unset on a running proxy")
         values = option_values(ctx.options, OPTION_NAMES)
-        try:
-            config = build_config(values)
-        except SpecError as e:
-            raise exceptions.OptionsError(f"Cannot load flowproof_spec {values['spec']}: {e}") from None
-        except (ValueError, FlowproofError) as e:
-            raise exceptions.OptionsError(f"Cannot parse {e}") from None
+        state = build_flow_state(values, previous=self.shared)
+        self.shared, self.mcp, self.concern = state.shared, state.mcp, state.concern
 
-        try:
-            routes = [parse_route(str(v)) for v in values.get("mcp") or ()]
-        except ValueError as e:
-            raise exceptions.OptionsError(f"Cannot parse flowproof_mcp: {e}") from None
-        replayer = self._replayer(config) if config.mode is not Mode.RECORD else None
-        if config.mode is Mode.RECORD:
-            _check_record_target(config)
-
-        old = self.shared
-        shared = Shared(config, replayer)
-        if config.report == old.config.report:
-            shared.events = old.events  # keep the open log (a reconfigure never truncates or reopens it)
-        else:
-            old.events.close()
-        self.shared = shared
-        self.concern = CONCERNS[config.mode](shared)
-        self.mcp = McpBoundary(shared, routes)
-
-        # Replay must never dial the real host, and a mapped host may not even resolve:
-        # mitmproxy's default (eager) strategy connects upstream at CONNECT time.
         # (The option belongs to mitmproxy's proxyserver addon, absent in bare test contexts.)
-        wants_lazy = config.mode is Mode.REPLAY or bool(config.upstream)
-        if wants_lazy and "connection_strategy" in ctx.options and ctx.options.connection_strategy != "lazy":
+        if wants_lazy(state.shared) and "connection_strategy" in ctx.options and ctx.options.connection_strategy != "lazy":
             ctx.options.update(connection_strategy="lazy")
 
     @staticmethod
@@ -202,6 +250,13 @@ class Flowproof:
     # ------------------------------------------------------------------ lifecycle
 
     def running(self) -> None:
+        if self.warm is not None:
+            # The listeners mitmdump started with belong to no flow: sessions bring their own.
+            ctx.options.update(mode=[])
+            self.warm.start()
+            self.shared.events.write(ReadyEvent((), "warm"))
+            log.info("proxy_ready", mode="warm")
+            return
         listen: list[Listener] = []
         proxyserver = ctx.master.addons.get("proxyserver")
         if proxyserver is not None:
@@ -222,8 +277,20 @@ class Flowproof:
         text = f"the client does not trust the proxy's certificate for {host}"
         if data.conn.error:
             text += f" ({data.conn.error})"
-        self.shared.events.write(TlsFailedEvent(host, text))
+        events = self.shared.events
+        if self.warm is not None:
+            session = self.warm.session_of(data.conn)
+            if session is None:
+                return
+            events = session.state.shared.events
+        events.write(TlsFailedEvent(host, text))
         log.warning("client_tls_failed", host=host)
+
+    def done(self) -> None:
+        if self.warm is not None:
+            # Sessions still open when the proxy stops were given up by their runner: abort.
+            self.warm.shutdown()
+            self.shared.events.close()
 
 
 def _check_record_target(config: AddonConfig) -> None:

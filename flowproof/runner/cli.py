@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import replace
 from functools import wraps
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -36,6 +37,7 @@ from flowproof.runner.flags import (
 )
 from flowproof.runner.flow import REVERSE_HOSTS, STAGED, Cancel, RunOptions, run_flow
 from flowproof.runner.report import render_json, render_text, show_cassette, worst_exit, write_junit
+from flowproof.runner.warm import ProxyPool
 from flowproof.spec import load_spec, unresolved_problems
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -253,14 +255,18 @@ def run_command(
     )
     results = []
     if selected:
-        # Each flow has its own proxy, ports, log and agent, so flows are independent.
+        # Each flow has its own listeners, log, state and agent, so flows are independent;
+        # several flows share one warm proxy (a session each) instead of one mitmdump each.
         # Ctrl-C / SIGTERM reach the flows through `cancel`: the agents and proxies run in
         # their own sessions, so only the runner can stop them.
+        pool = ProxyPool() if len(selected) > 1 else None
         restore = _on_signals(cancel)
         try:
-            results = _run_flows(selected, options, jobs, cancel, run_flow)
+            results = _run_flows(selected, replace(options, proxies=pool), jobs, cancel, run_flow)
         finally:
             restore()
+            if pool is not None:
+                pool.close()
     code = worst_exit(results)
     if cancel.is_set():
         # A flow that finished before the signal does not hide it: the run was interrupted.

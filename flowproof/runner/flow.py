@@ -60,6 +60,7 @@ from flowproof.runner.proxy import (
     start_proxy,
 )
 from flowproof.runner.recording import Staging
+from flowproof.runner.warm import ProxyPool, ProxySession, warm_key
 from flowproof.spec import FlowSpec, load_spec, resolve_variables
 from flowproof.spec.types import AgentSpec, ToolCallAssertion
 from flowproof.guard import guard_evidence
@@ -112,6 +113,9 @@ class RunOptions:
     cancel: Cancel | None = None
     #: Keep a recording whose turns hold an HTTP error status (the flow tests error handling).
     allow_error_turns: bool = False
+    #: Warm proxies shared by the flows of a run: each flow opens a session on one instead of
+    #: starting its own mitmdump (None: every flow starts its own, as a single flow does).
+    proxies: ProxyPool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +260,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 extra_args=tuple(proxy_args(listeners, agent.route == "base_url")),
                 env=tuple(placeholder_env.items()),
             )
-            proxy = start_proxy(settings, timeout=options.proxy_timeout)
+            proxy = _proxy_for(settings, options)
             try:
                 model_hosts = [u.split("=", 1)[0] for u in upstream] + list(options.extra_hosts)
                 # No request reaches a real provider in replay, nor with a mapped upstream (a local
@@ -296,6 +300,13 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
         held.close()
 
 
+def _proxy_for(settings: ProxySettings, options: RunOptions) -> RunningProxy | ProxySession:
+    """A session on the run's warm proxy when the flow can have one, else a proxy of its own."""
+    if options.proxies is not None and warm_key(settings) is not None:
+        return options.proxies.open(settings, timeout=options.proxy_timeout)
+    return start_proxy(settings, timeout=options.proxy_timeout)
+
+
 def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: bool) -> Cassette:
     command = record_command(spec_path)
     if required and not cassette.exists():
@@ -314,7 +325,7 @@ def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: boo
 
 
 def _drive(
-    proxy: RunningProxy,
+    proxy: RunningProxy | ProxySession,
     agent: AgentSpec,
     prompts: Sequence[str],
     environ: Mapping[str, str],

@@ -1,0 +1,341 @@
+"""One proxy, many flows: a session per flow, found by the listener a connection arrived on.
+
+`flowproof-run` over several specs (and the pytest plugin, per worker) starts one
+mitmdump with ``flowproof_control`` naming a Unix socket, and opens one session
+there per flow. A session is what a single-flow proxy builds in ``configure`` —
+the flow's typed options, event log, replayer, MCP boundary and mode concern
+(`flowproof.addon.core.FlowState`) — plus the listeners it owns: an explicit
+proxy, and reverse listeners for the base-URL and MCP routes. mitmproxy's
+``mode`` option is a list that may change on the running master, so opening a
+session adds its listeners and closing it removes them. Every flow is handed to
+the session whose listener its client connected to (``client_conn.sockname``);
+a request on no open session's listener is answered 502 and never forwarded.
+
+The protocol (docs/runner.md, "One warm proxy for many flows"): one JSON object
+a line, one connection per session.
+
+- ``{"op": "open", "options": {<flowproof_* by short name>}, "env": {…},
+  "listeners": ["regular", "reverse:https://api.openai.com", …]}`` →
+  ``{"ok": true, "listen": [{"mode", "host", "port"}, …]}`` or
+  ``{"ok": false, "error": "…"}``. A listener without ``@PORT`` gets a free port.
+- ``{"op": "close"}`` → ``{"ok": true}`` once the session's ``done`` chain has
+  run (the recording is written, the ``done`` event logged), as a single-flow
+  proxy's shutdown would.
+
+A connection that ends without ``close`` aborts its session: its listeners go,
+and nothing more is written (its runner gave up on the flow, and a recording
+written after the runner discarded the staging file would be left behind).
+mitmproxy runs hooks and these handlers on one event loop, so sessions need no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from mitmproxy import ctx, exceptions, http
+from mitmproxy.proxy import mode_specs
+
+from flowproof.addon.shared import JSON_HEADERS, Shared, log
+from flowproof.events import Listener, ReadyEvent
+
+__all__ = ["Session", "WarmSessions"]
+
+#: Bound on one control line (options are paths and short strings; env may be a few KB).
+_MAX_LINE = 1 << 20
+#: Attempts at binding a session's listeners on fresh free ports before giving up.
+_BIND_ATTEMPTS = 3
+
+
+class _State(Protocol):
+    """`flowproof.addon.core.FlowState`, seen from here (core imports this module)."""
+
+    shared: Shared
+
+    @property
+    def addons(self) -> list[object]: ...
+
+
+BuildState = Callable[[Mapping[str, Any], Mapping[str, str]], _State]
+
+
+@dataclass(slots=True)
+class Session:
+    """One flow in a warm proxy: its state, and the listeners (mode specs and ports) it owns."""
+
+    number: int
+    state: _State
+    specs: tuple[str, ...] = ()
+    ports: frozenset[int] = frozenset()
+    closed: bool = False
+    listen: list[Listener] = field(default_factory=list)
+
+    def run_hook(self, name: str, *args: object) -> None:
+        """Invoke hook ``name`` on the session's chain in order, as mitmproxy would: one
+        failing child is logged and does not stop the others."""
+        for child in self.state.addons:
+            hook = getattr(child, name, None)
+            if hook is None:
+                continue
+            try:
+                hook(*args)
+            except Exception as e:  # noqa: BLE001 — mitmproxy's own policy for a failing hook
+                log.error("session_hook_failed", session=self.number, hook=name, error=repr(e))
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _with_port(spec: str) -> tuple[str, bool]:
+    """``spec`` with ``@PORT`` (a free one when it had none), and whether the port was chosen here.
+
+    Two listeners may not both ask mitmproxy for port 0 (it refuses duplicate addresses),
+    so the port is picked here; a bind that loses the race is retried on another."""
+    try:
+        mode = mode_specs.ProxyMode.parse(spec)
+    except ValueError as e:
+        raise exceptions.OptionsError(f"bad listener {spec!r}: {e}") from None
+    if mode.custom_listen_port is not None:
+        return spec, False
+    return f"{spec}@{_free_port()}", True
+
+
+class WarmSessions:
+    """The router (the root addon's only child in a warm proxy) and the control server."""
+
+    def __init__(
+        self, control: Path, build: BuildState, wants_lazy: Callable[[Shared], bool]
+    ) -> None:
+        self.control = control
+        self._build = build
+        self._wants_lazy = wants_lazy
+        self.by_port: dict[int, Session] = {}
+        self._open_sessions: list[Session] = []
+        self._numbers = 0
+        self._server: asyncio.AbstractServer | None = None
+        self._sock: socket.socket | None = None
+
+    # ------------------------------------------------------------------ routing
+
+    @property
+    def open_sessions(self) -> tuple[Session, ...]:
+        """The sessions open right now, oldest first."""
+        return tuple(self._open_sessions)
+
+    def session_of(self, client: Any) -> Session | None:
+        """The open session whose listener ``client`` (a client connection) connected to."""
+        sockname = getattr(client, "sockname", None)
+        if not sockname:
+            return None
+        session = self.by_port.get(int(sockname[1]))
+        if session is None or session.closed:
+            return None
+        return session
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        session = self.session_of(flow.client_conn)
+        if session is None:
+            if flow.response is None and flow.error is None:
+                # Never forwarded: in replay that would reach the real API with the agent's key.
+                flow.response = http.Response.make(
+                    502,
+                    json.dumps({"error": {"message": "flowproof: no flow is open on this listener"}}),
+                    JSON_HEADERS,
+                )
+            return
+        session.run_hook("request", flow)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        self._dispatch("responseheaders", flow)
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._dispatch("response", flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._dispatch("error", flow)
+
+    def _dispatch(self, name: str, flow: http.HTTPFlow) -> None:
+        session = self.session_of(flow.client_conn)
+        if session is not None:
+            session.run_hook(name, flow)
+
+    # ------------------------------------------------------------------ control server
+
+    def start(self) -> None:
+        """Listen on the control socket (bound now, so the runner may connect at once)."""
+        self.control.unlink(missing_ok=True)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(self.control))
+        os.chmod(self.control, 0o600)  # only the runner's user may open flows (they write files)
+        sock.listen(64)
+        self._sock = sock
+        loop = asyncio.get_running_loop()
+        loop.create_task(self._serve(sock))
+
+    async def _serve(self, sock: socket.socket) -> None:
+        self._server = await asyncio.start_unix_server(self._handle, sock=sock, limit=_MAX_LINE)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        session: Session | None = None
+        try:
+            while True:
+                try:
+                    line = await reader.readline()
+                except (ValueError, ConnectionError):
+                    break  # a line over the limit, or the runner went away
+                if not line:
+                    break
+                try:
+                    message = json.loads(line)
+                    op = message.get("op") if isinstance(message, dict) else None
+                except ValueError:
+                    op = None
+                if op == "open" and session is None:
+                    try:
+                        session = await self._open(message)
+                        reply: dict[str, Any] = {
+                            "ok": True,
+                            "listen": [
+                                {"mode": e.mode, "host": e.host, "port": e.port} for e in session.listen
+                            ],
+                        }
+                    except exceptions.OptionsError as e:
+                        reply = {"ok": False, "error": str(e)}
+                elif op == "close" and session is not None:
+                    await self._close(session, finish=True)
+                    reply = {"ok": True}
+                else:
+                    reply = {"ok": False, "error": f"unexpected control message {op!r}"}
+                writer.write(json.dumps(reply).encode() + b"\n")
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            if session is not None and not session.closed:
+                await self._close(session, finish=False)
+            writer.close()
+
+    # ------------------------------------------------------------------ sessions
+
+    async def _open(self, message: Mapping[str, Any]) -> Session:
+        options = message.get("options")
+        specs = message.get("listeners")
+        env = message.get("env") or {}
+        if not isinstance(options, dict) or not isinstance(specs, list) or not specs:
+            raise exceptions.OptionsError("an open message needs options and listeners")
+        state = self._build(options, {**os.environ, **{str(k): str(v) for k, v in env.items()}})
+        lazy = "connection_strategy" in ctx.options and ctx.options.connection_strategy == "lazy"
+        if self._wants_lazy(state.shared) != lazy:
+            # One strategy per process: a flow that needs the other one gets its own proxy.
+            self._abort_state(state)
+            raise exceptions.OptionsError(
+                f"this warm proxy connects upstream {'lazily' if lazy else 'eagerly'}, which a "
+                f"{state.shared.config.mode.value} flow with these upstreams must not do — "
+                "open it on a proxy started for its mode"
+            )
+        self._numbers += 1
+        session = Session(self._numbers, state)
+        try:
+            await self._listen(session, [str(s) for s in specs])
+        except exceptions.OptionsError:
+            self._abort_state(state)
+            raise
+        for port in session.ports:
+            self.by_port[port] = session
+        self._open_sessions.append(session)
+        state.shared.events.write(ReadyEvent(tuple(session.listen), state.shared.config.mode.value))
+        log.info("session_opened", session=session.number, listeners=len(session.listen))
+        return session
+
+    async def _listen(self, session: Session, requested: list[str]) -> None:
+        """Add the session's listeners to the running proxy; retry a chosen port that was taken."""
+        proxyserver = ctx.master.addons.get("proxyserver")
+        for attempt in range(_BIND_ATTEMPTS):
+            chosen = [_with_port(spec) for spec in requested]
+            specs = [spec for spec, _ in chosen]
+            try:
+                ctx.options.update(mode=[*ctx.options.mode, *specs])
+            except exceptions.OptionsError as e:
+                raise exceptions.OptionsError(f"cannot add the flow's listeners: {e}") from None
+            await proxyserver.setup_servers()
+            failed = []
+            listen: list[Listener] = []
+            for spec in specs:
+                try:
+                    instance = proxyserver.servers[spec]
+                except KeyError:
+                    failed.append(spec)
+                    continue
+                if instance.last_exception is not None or not instance.is_running:
+                    failed.append(spec)
+                    continue
+                for addr in instance.listen_addrs:
+                    entry = Listener(instance.mode.full_spec, str(addr[0]), int(addr[1]))
+                    if entry not in listen:
+                        listen.append(entry)
+            if not failed:
+                session.specs = tuple(specs)
+                session.ports = frozenset(e.port for e in listen)
+                session.listen = listen
+                return
+            await self._remove(specs)
+            fixed = [spec for spec, mine in chosen if not mine and spec in failed]
+            if fixed or attempt == _BIND_ATTEMPTS - 1:
+                raise exceptions.OptionsError(
+                    f"cannot listen for the flow on {', '.join(failed)} (the port is taken?)"
+                )
+
+    async def _remove(self, specs: tuple[str, ...] | list[str]) -> None:
+        gone = set(specs)
+        ctx.options.update(mode=[m for m in ctx.options.mode if m not in gone])
+        proxyserver = ctx.master.addons.get("proxyserver")
+        await proxyserver.setup_servers()
+
+    async def _close(self, session: Session, *, finish: bool) -> None:
+        """Finish (the ``done`` chain: recording written, ``done`` logged) or abort a session,
+        then remove its listeners. Flows still on its connections are refused from here on."""
+        if session.closed:
+            return
+        session.closed = True
+        if finish:
+            session.run_hook("done")
+        else:
+            self._abort_state(session.state)
+        for port in session.ports:
+            if self.by_port.get(port) is session:
+                del self.by_port[port]
+        if session in self._open_sessions:
+            self._open_sessions.remove(session)
+        log.info("session_closed", session=session.number, finished=finish)
+        await self._remove(session.specs)
+
+    @staticmethod
+    def _abort_state(state: _State) -> None:
+        """Drop a session without its ``done`` chain: stop what it runs, close its log."""
+        for child in state.addons:
+            hold = getattr(child, "hold_server", None)
+            if hold is not None:
+                hold.close()
+        state.shared.events.close()
+
+    def shutdown(self) -> None:
+        """At proxy shutdown: every session still open is aborted (its runner is gone)."""
+        for session in list(self._open_sessions):
+            session.closed = True
+            self._abort_state(session.state)
+        self._open_sessions.clear()
+        self.by_port.clear()
+        if self._server is not None:
+            self._server.close()
+        if self._sock is not None:
+            self._sock.close()
+        self.control.unlink(missing_ok=True)
