@@ -27,7 +27,7 @@ from flowproof.runner.collect import FLOW_SUFFIX
 from flowproof.runner.env import default_ca_dir, ensure_ca
 from flowproof.runner.flow import MODES, RunOptions, run_flow
 from flowproof.runner.report import render_flow, next_step
-from flowproof.runner.warm import ProxyPool
+from flowproof.runner.warm import ProxyPool, warm_enabled
 from flowproof.spec import load_spec
 
 __all__ = ["FlowFile", "FlowItem"]
@@ -95,13 +95,13 @@ class FlowItem(pytest.Item):
     def runtest(self) -> None:
         mode = str(self.config.getoption("flowproof_mode"))
         _shared_ca()
-        pool = proxy_pool(self.config)
+        pool = proxy_pool(self.config) if warm_enabled() else None
         result = run_flow(self.path, RunOptions(mode=mode, proxies=pool))
         report = render_flow(result) + "\n" + next_step(result)
         self.user_properties.append(("flowproof_exit_code", result.exit_code))
         # Which warm proxy served the flow (none when it needed one of its own): the proof
         # that a worker starts one proxy for all its flows.
-        self.user_properties.append(("flowproof_proxy_pid", pool.pids[-1] if pool.pids else 0))
+        self.user_properties.append(("flowproof_proxy_pid", pool.pids[-1] if pool and pool.pids else 0))
         if not result.passed:
             raise FlowFailure(report, result.exit_code)
         # A pass has something to read too (the steps, a record's heal diff): `pytest -rP`.

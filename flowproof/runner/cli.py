@@ -37,7 +37,7 @@ from flowproof.runner.flags import (
 )
 from flowproof.runner.flow import REVERSE_HOSTS, STAGED, Cancel, RunOptions, run_flow
 from flowproof.runner.report import render_json, render_text, show_cassette, worst_exit, write_junit
-from flowproof.runner.warm import ProxyPool
+from flowproof.runner.warm import ProxyPool, warm_enabled
 from flowproof.spec import load_spec, unresolved_problems
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -259,7 +259,7 @@ def run_command(
         # several flows share one warm proxy (a session each) instead of one mitmdump each.
         # Ctrl-C / SIGTERM reach the flows through `cancel`: the agents and proxies run in
         # their own sessions, so only the runner can stop them.
-        pool = ProxyPool() if len(selected) > 1 else None
+        pool = ProxyPool() if len(selected) > 1 and warm_enabled() else None
         restore = _on_signals(cancel)
         try:
             results = _run_flows(selected, replace(options, proxies=pool), jobs, cancel, run_flow)

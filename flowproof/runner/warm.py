@@ -28,7 +28,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -46,12 +46,20 @@ from flowproof.runner.proxy import (
     sweep_scratch,
 )
 
-__all__ = ["ProxyPool", "ProxySession", "WarmProxy", "session_request", "warm_key"]
+__all__ = ["ProxyPool", "ProxySession", "WarmProxy", "session_request", "warm_enabled", "warm_key"]
 
 _STDERR_TAIL = 4000
 #: A Unix socket path must fit in sun_path (108 bytes on Linux).
 _MAX_SOCKET_PATH = 100
 _PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def warm_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """False when ``FLOWPROOF_WARM_PROXY=0``: every flow then starts its own proxy, as a
+    single flow does (a way back if a warm proxy ever misbehaves, and the benchmark's
+    baseline)."""
+    env = os.environ if environ is None else environ
+    return env.get("FLOWPROOF_WARM_PROXY", "1").strip() != "0"
 
 
 def warm_key(settings: ProxySettings) -> tuple[str, bool] | None:

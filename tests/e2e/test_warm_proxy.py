@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from flowproof.testing import FakeModelServer, load_script
-from tests.reliability.helpers import children, pid_alive, start_run
+from flowproof.testing import FakeModelServer, Reply, ScriptedCall, load_script
+from tests.reliability.helpers import children, cleanup, pid_alive, start_run, wait_until
 
 from .conftest import AGENTS, Flowproof, fingerprint, kill_group, upstream_args, write_spec
 
@@ -147,3 +147,38 @@ class TestRecordingsStayPerFlow:
         assert code == 0, output
         assert len(proxies) == 1, proxies
         assert [fingerprint(examples / f"{n}.cassette.json") for n in names] == old
+
+
+class TestOrphans:
+    def test_the_warm_proxy_dies_with_a_killed_runner_and_writes_nothing(
+        self, examples: Path, flowproof: Flowproof, fake_model: Fake, tmp_path: Path
+    ) -> None:
+        """kill -9 of a runner recording two flows through one proxy: the proxy is gone within
+        a second and no recording appears afterwards."""
+        scratch_root = tmp_path / "tmp"
+        scratch_root.mkdir()
+        specs = booking_copies(examples, ["f1", "f2"])
+        for name in ("f1", "f2"):
+            (examples / f"{name}.cassette.json").unlink()
+        # Both flows' first replies stall, so the kill lands while the proxy is mid-record.
+        stalled = Reply(calls=(ScriptedCall.make("search_flights", {"destination": "NBO"}),), first_chunk_delay=20)
+        server = fake_model([stalled, stalled])
+        process = start_run(flowproof, *specs, "--record", "-j", "2", *upstream_args(server),
+                            TMPDIR=str(scratch_root))
+        agents: list[int] = []
+        try:
+            wait_until(lambda: len(server.model_requests) == 2, 60, "both agents' first model call")
+            kids = children(process.pid)
+            proxies = [pid for pid, cmd in kids if "mitmdump" in cmd]
+            agents = [pid for pid, cmd in kids if "mitmdump" not in cmd]
+            assert len(proxies) == 1, kids
+            process.kill()
+            process.wait(timeout=10)
+            took = wait_until(lambda: not pid_alive(proxies[0]), 5, "the proxy's death")
+            assert took < 1.0, f"the proxy outlived the runner by {took:.2f}s"
+            time.sleep(1.0)
+            assert not list(examples.glob("f*.json")), list(examples.glob("f*.json"))
+        finally:
+            for pid in agents:
+                kill_group(pid)
+            cleanup(process, examples)
