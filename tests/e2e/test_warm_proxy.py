@@ -182,3 +182,31 @@ class TestOrphans:
             for pid in agents:
                 kill_group(pid)
             cleanup(process, examples)
+
+
+class TestBaseUrlRoute:
+    def test_two_base_url_flows_record_and_replay_through_one_proxy(
+        self, examples: Path, flowproof: Flowproof, fake_model: Fake
+    ) -> None:
+        """On the base-URL route each flow gets its own reverse listeners on the one proxy:
+        two flows record base_url cassettes, then replay them, one mitmdump per run."""
+        names = ["f1", "f2"]
+        specs = booking_copies(examples, names)
+        for spec in specs:
+            spec.write_text(spec.read_text().replace(
+                "  command: python booking_agent.py", "  command: python booking_agent.py\n  route: base_url"))
+            spec.with_name(spec.name.replace(".flow.yaml", ".cassette.json")).unlink()
+        replies = load_script(examples / "fake_model" / "booking.json").replies
+        server = fake_model([*replies, *replies])
+        code, output, proxies = run_watching_proxies(
+            flowproof, *specs, "--record", *upstream_args(server), keys=True)
+        assert code == 0, output
+        assert len(proxies) == 1, proxies
+        for name in names:
+            recorded = json.loads((examples / f"{name}.cassette.json").read_text())
+            assert recorded["route"] == "base_url" and len(recorded["turns"]) == 3
+        server.stop()
+        code, output, proxies = run_watching_proxies(flowproof, *specs, "-j", "2", "--json", keys=False)
+        assert code == 0, output
+        assert codes(output) == {"f1": 0, "f2": 0}
+        assert len(proxies) == 1, proxies
