@@ -210,6 +210,9 @@ class WarmSessions:
                         }
                     except exceptions.OptionsError as e:
                         reply = {"ok": False, "error": str(e)}
+                    except Exception as e:  # noqa: BLE001 — one flow's problem must not stop the proxy
+                        log.error("session_open_failed", error=repr(e))
+                        reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
                 elif op == "close" and session is not None:
                     await self._close(session, finish=True)
                     reply = {"ok": True}

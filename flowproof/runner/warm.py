@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from flowproof.errors import ProxyError
 from flowproof.runner.proxy import (
@@ -175,7 +175,7 @@ class ProxySession:
             self._sock.close()
         return None
 
-    def __enter__(self) -> ProxySession:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -375,7 +375,7 @@ class ProxyPool:
         for proxy in proxies:
             proxy.kill()
 
-    def __enter__(self) -> ProxyPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
