@@ -187,6 +187,10 @@ class TestRecordThenReplay:
     def test_replay_without_a_cassette_names_the_record_command(
         self, pytester: pytest.Pytester, agent_tests: Path
     ) -> None:
+        """A flowproof error in the test reads as flowproof's paragraph, not a traceback."""
+        (pytester.path / "test_agent.py").write_text(
+            'def test_books(flowproof_proxy):\n    flowproof_proxy.session("cassettes/booking.json")\n'
+        )
         res = pytester.runpytest()
         res.assert_outcomes(failed=1)
         text = res.stdout.str()
