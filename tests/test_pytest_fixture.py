@@ -59,9 +59,15 @@ def test_books(flowproof_proxy):
 
 SECOND_TEST = '''
 
-def test_books_again(flowproof_proxy):
-    with flowproof_proxy.session("cassettes/booking.json"):
+def test_books_twice(flowproof_proxy):
+    first = flowproof_proxy.session("cassettes/booking.json")
+    run_agent("Book KQ311")
+    second = flowproof_proxy.session("cassettes/booking.json")  # ends and judges the first
+    assert first.result is not None and first.result.passed and first.result.turns == 2
+    assert os.environ["HTTPS_PROXY"] == second.proxy_url
+    with second:
         run_agent("Book KQ311")
+    assert "HTTPS_PROXY" not in os.environ
     flowproof.assert_tool_call(flowproof_proxy.trajectory(), "create_booking")
 '''
 
@@ -99,7 +105,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, ca_dir: Path) -> tuple[Pa
         env.update(FLOWPROOF_UPSTREAM=f"api.openai.com={server.url}", OPENAI_API_KEY="sk-test-fake-model")
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--flowproof-mode", "record"],
-            cwd=folder, env=env, capture_output=True, text=True, timeout=300,
+            check=False, cwd=folder, env=env, capture_output=True, text=True, timeout=300,
         )
         requests = len(server.requests)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -144,9 +150,11 @@ class TestRecordThenReplay:
         assertions pass; every variable the session set is put back."""
         copy_cassette(recorded, agent_tests)
         before = environment()
-        res = pytester.runpytest("-v")
+        res = pytester.runpytest("-v", "-rP")
         res.assert_outcomes(passed=1)
         assert environment() == before
+        # A passing session's report is there to read with -rP.
+        assert "✓ test_agent.py::test_books [replay] — passed" in res.stdout.str()
 
     def test_a_changed_prompt_fails_with_the_divergence_not_the_sdk_traceback(
         self, pytester: pytest.Pytester, agent_tests: Path, recorded: tuple[Path, int],
@@ -201,7 +209,8 @@ class TestRecordThenReplay:
     def test_under_xdist(
         self, pytester: pytest.Pytester, agent_tests: Path, recorded: tuple[Path, int]
     ) -> None:
-        """Two tests replay the same cassette on two xdist workers, each with its own proxy."""
+        """Two tests replay the same cassette on two xdist workers, each with its own proxy
+        (the second runs two sessions one after the other, the second as a `with` block)."""
         copy_cassette(recorded, agent_tests)
         (pytester.path / "test_agent.py").write_text(AGENT_TEST + SECOND_TEST)
         res = pytester.runpytest("-n", "2", "-v")

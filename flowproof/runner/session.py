@@ -28,6 +28,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 from flowproof.cassette import Cassette, load_cassette, turn_views
 from flowproof.cassette_check import check_cassette, error_turns
@@ -41,7 +42,15 @@ from flowproof.errors import (
     FlowFailure,
     FlowproofError,
 )
-from flowproof.events import DivergenceEvent, DriftEvent, ErrorEvent, Event, RequestStartedEvent, TurnEvent, parse_events
+from flowproof.events import (
+    DivergenceEvent,
+    DriftEvent,
+    ErrorEvent,
+    Event,
+    RequestStartedEvent,
+    TurnEvent,
+    parse_events,
+)
 from flowproof.runner.env import CAFiles, agent_env, default_ca_dir, ensure_ca
 from flowproof.runner.flow import MODES, FlowResult
 from flowproof.runner.lock import cassette_lock
@@ -120,7 +129,7 @@ class ProxySession:
 
     # --- life cycle -----------------------------------------------------------------------
 
-    def start(self) -> ProxySession:
+    def start(self) -> Self:
         """Load and check the cassette, start the proxy and point the environment at it."""
         if self._proxy is not None or self._result is not None:
             raise FlowproofError("this session was already started; start a new one per cassette")
@@ -186,7 +195,7 @@ class ProxySession:
             self._release()
         return self._result
 
-    def __enter__(self) -> ProxySession:
+    def __enter__(self) -> Self:
         if self._proxy is None:
             self.start()
         return self

@@ -5,11 +5,18 @@ and a real SDK client are exercised in tests/test_pytest_fixture.py."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
-from flowproof.errors import EXIT_AGENT, EXIT_DIVERGENCE, CassetteNotFoundError, FlowFailure, FlowproofError
+from flowproof.errors import (
+    EXIT_AGENT,
+    EXIT_DIVERGENCE,
+    CassetteNotFoundError,
+    FlowFailure,
+    FlowproofError,
+)
 from flowproof.runner.env import PLACEHOLDER_KEY, CAFiles
 from flowproof.runner.session import ProxySession, session_report
 
@@ -65,9 +72,9 @@ def test_a_divergence_fails_the_block_with_the_report(
     cassette.write_text(cassette_text(BOOKING_TURNS))
     divergence = {"event": "divergence", "id": "f1", "text": "request 1 matches no recorded turn"}
     script(tmp_path, monkeypatch, events=[divergence])
-    with pytest.raises(FlowFailure) as failure:
-        with ProxySession(cassette, ca=ca_files, name="t.py::x", rerecord="pytest t.py::x --flowproof-mode record"):
-            raise RuntimeError("Error code: 400 - flowproof replay diverged. The full report is in /tmp/x")
+    session = ProxySession(cassette, ca=ca_files, name="t.py::x", rerecord="pytest t.py::x --flowproof-mode record")
+    with pytest.raises(FlowFailure) as failure, session:
+        raise RuntimeError("Error code: 400 - flowproof replay diverged. The full report is in /tmp/x")
     assert failure.value.exit_code == EXIT_DIVERGENCE
     report = failure.value.report
     assert "replay divergence" in report and "request 1 matches no recorded turn" in report
@@ -105,3 +112,57 @@ def test_record_without_a_model_call_keeps_nothing_and_says_why(
 def test_an_unknown_mode_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FlowproofError, match="unknown mode `replya`"):
         ProxySession(tmp_path / "c.json", mode="replya")
+
+
+@pytest.mark.parametrize(
+    ("script_done", "events", "expected"),
+    [
+        ({"unconsumed": [2], "text": "1 recorded call(s) were never made (missing calls)"}, [],
+         "1 recorded call(s) were never made"),
+        ({}, [{"event": "error", "text": "upstream refused the connection"}], "upstream refused the connection"),
+    ],
+    ids=["missing calls", "proxy error"],
+)
+def test_missing_calls_and_proxy_errors_fail_the_session(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch,
+    script_done: dict[str, object], events: list[dict[str, object]], expected: str,
+) -> None:
+    cassette = tmp_path / "c.json"
+    cassette.write_text(cassette_text(BOOKING_TURNS))
+    script(tmp_path, monkeypatch, events=events, done=script_done)
+    result = ProxySession(cassette, ca=ca_files).start().close()
+    assert not result.passed
+    assert expected in session_report(ProxySession(cassette), result)
+
+
+def test_base_url_route_sets_the_sdk_base_urls(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cassette = tmp_path / "c.json"
+    cassette.write_text(cassette_text(BOOKING_TURNS, route="base_url"))
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    session = ProxySession(cassette, ca=ca_files, route="base_url").start()
+    try:
+        assert os.environ["OPENAI_BASE_URL"].startswith("http://127.0.0.1:")
+        assert os.environ["OPENAI_BASE_URL"].rstrip("/").endswith("/v1")
+    finally:
+        session.close()
+    assert "OPENAI_BASE_URL" not in os.environ
+
+
+def test_trajectory_waits_for_a_call_in_flight_then_gives_what_it_has(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cassette = tmp_path / "c.json"
+    cassette.write_text(cassette_text(BOOKING_TURNS))
+    events = [*turn_events(BOOKING_TURNS[:1]), {"event": "request_started", "id": "never-ends"}]
+    script(tmp_path, monkeypatch, events=events)
+    monkeypatch.setattr("flowproof.runner.session.SETTLE_SECONDS", 0.5)
+    session = ProxySession(cassette, ca=ca_files).start()
+    try:
+        started = time.monotonic()
+        calls = session.trajectory().tool_calls
+        assert time.monotonic() - started >= 0.5
+        assert [c.name for c in calls] == ["search_flights"]
+    finally:
+        session.close()
