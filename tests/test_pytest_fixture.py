@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from flowproof.runner.env import ensure_ca
 from flowproof.testing import FakeModelServer, Reply
 
 pytest_plugins = ("pytester",)
@@ -84,7 +85,10 @@ SCRUBBED = (
 
 @pytest.fixture(scope="module")
 def ca_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("ca") / "ca"
+    """One CA, created in this process (not inside a pytester run: see test_pytest_plugin)."""
+    ca_dir = tmp_path_factory.mktemp("ca") / "ca"
+    ensure_ca(ca_dir)
+    return ca_dir
 
 
 def clean_environment(ca_dir: Path) -> dict[str, str]:
