@@ -225,7 +225,7 @@ class TestPage:
             flow(passed=False, exit_code=3, verdict="replay divergence",
                  findings=[divergence("messages.5.content → booking", "B-1042", "B-2077")])
         )
-        row = re.search(r'<table class="diff">.*?</table>', html, re.S)
+        row = re.search(r'<table class="diff">.*?</table>', html, re.DOTALL)
         assert row is not None
         assert "<th>recorded</th><th>replayed</th>" in row.group()
         assert "messages.5.content → booking" in row.group()
@@ -270,7 +270,7 @@ class TestPage:
         guard = {"assertion": "create_booking", "tool": "create_booking", "boundary": "mcp", "offered": True,
                  "asked": 1, "called": 0, "passed": True, "warning": None, "location": "x:1:1"}
         html = page(flow(guards=[guard]))
-        table = re.search(r'<table class="guards">.*?</table>', html, re.S)
+        table = re.search(r'<table class="guards">.*?</table>', html, re.DOTALL)
         assert table is not None
         cells = re.findall(r"<td>(.*?)</td>", table.group())
         assert cells == ["no call to create_booking", "mcp", "yes", "1", "0", ""]
@@ -322,7 +322,7 @@ class TestUntrustedText:
         assert "link" not in parsed.names() and "iframe" not in parsed.names()
         [csp] = [a["content"] for tag, a in parsed.tags if tag == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
         assert csp == CSP and "default-src 'none'" in csp and "script-src" not in csp
-        style = re.search(r"<style>(.*?)</style>", self.hostile_page(), re.S)
+        style = re.search(r"<style>(.*?)</style>", self.hostile_page(), re.DOTALL)
         assert style is not None and "url(" not in style.group(1) and "@import" not in style.group(1)
 
     @pytest.mark.parametrize(

@@ -34,8 +34,8 @@ CHROMIUM_FLAGS = (
 )
 
 
-@pytest.fixture(scope="session")
-def chromium() -> str:
+def find_chromium() -> str:
+    """The browser's path; skips the test when there is none, fails it when CI requires one."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
         message = ("headless Chromium is not installed: `apt-get install chromium` (Debian) to render "
@@ -44,6 +44,22 @@ def chromium() -> str:
             pytest.fail(message)
         pytest.skip(message)
     return found
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    return find_chromium()
+
+
+class TestFindChromium:
+    def test_a_missing_browser_skips_unless_ci_requires_it(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(shutil, "which", lambda _name: None)
+        monkeypatch.delenv("FLOWPROOF_REQUIRE_CHROMIUM", raising=False)
+        with pytest.raises(pytest.skip.Exception, match="apt-get install chromium"):
+            find_chromium()
+        monkeypatch.setenv("FLOWPROOF_REQUIRE_CHROMIUM", "1")
+        with pytest.raises(pytest.fail.Exception, match="headless Chromium is not installed"):
+            find_chromium()
 
 
 def render(chromium: str, page: Path, *extra: str) -> str:
@@ -103,7 +119,7 @@ def listener() -> Iterator[tuple[int, list[str]]]:
     hits: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             hits.append(self.path)
             self.send_response(404)
             self.end_headers()

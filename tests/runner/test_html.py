@@ -22,8 +22,8 @@ from .helpers import BOOKING_TURNS, cassette_text, turn_events, write_script, wr
 
 
 def result(code: int = EXIT_OK, **kw) -> FlowResult:
-    base = dict(spec_path=Path("booking.flow.yaml"), name="Booking", mode="replay", exit_code=code,
-                cassette=Path("booking.cassette.json"))
+    base = {"spec_path": Path("booking.flow.yaml"), "name": "Booking", "mode": "replay", "exit_code": code,
+                "cassette": Path("booking.cassette.json")}
     base.update(kw)
     return FlowResult(**base)
 
