@@ -282,9 +282,16 @@ def _diff(findings: Sequence[Mapping[str, Any]]) -> str:
         if rows
         else ""
     )
+    message = str(first.get("message") or "")
     return (
-        f'<div class="bad" id="first-bad"><h3>{_text(head)}</h3>{table}'
-        f'<pre class="finding">{_text(first.get("message", ""))}</pre></div>'
+        f'<div class="firstbad" id="first-bad"><h3>{_text(head)}</h3>{table}'
+        + (f'<pre class="finding">{_text(message)}</pre>' if not rows else "")
+        + (
+            f"<details><summary>the text report's words</summary><pre>{_text(message)}</pre></details>"
+            if rows
+            else ""
+        )
+        + "</div>"
     )
 
 
@@ -317,7 +324,7 @@ def _compare_pair(result: Mapping[str, Any]) -> str:
         else f"live call {result.get('live_call')}"
     )
     return (
-        f'<div class="bad"><h3>first drift: {_text(where)}, thread {_text(result.get("thread"))} '
+        f'<div class="firstbad"><h3>first drift: {_text(where)}, thread {_text(result.get("thread"))} '
         f'({_text(result.get("kind"))})</h3><table class="diff"><thead><tr><th>part</th><th>recorded</th>'
         f"<th>live</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
@@ -539,7 +546,7 @@ tr.bad td:first-child,li.bad{color:var(--bad)}
 .flow.bad{border-left-color:var(--bad)}
 .meta,.where,.finish,.turnhead{color:var(--muted);font-size:12.5px;margin:2px 0}
 .error,.finding{background:#fff8f8;border:1px solid #ffd8d3;border-radius:4px;padding:6px 8px;margin:4px 0}
-.bad>h3{color:var(--bad)}.bad{margin:8px 0}
+.firstbad>h3{color:var(--bad)}.firstbad{margin:8px 0}
 .diff td.side{width:42%}.diff .recorded{background:#fff5f5}.diff .other{background:#f0fff4}
 .diff .recorded mark{background:#ffc1c0}.diff .other mark{background:#abf2bc}
 .next{font-weight:600}

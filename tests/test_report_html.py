@@ -234,6 +234,14 @@ class TestPage:
         assert "first bad turn: divergence at recorded turn 2" in html
         assert "the replay stopped here: request 3 matches no recorded turn" in html
 
+    def test_a_divergence_without_field_paths_shows_its_text(self) -> None:
+        """An envelope change (a tool added) has no field rows: the report's words stand in."""
+        added = {**divergence("x", None, None), "path": None,
+                 "message": "request 1 matches no recorded turn\n- tools: added refund_order"}
+        html = page(flow(passed=False, exit_code=3, findings=[added]))
+        assert '<table class="diff">' not in html
+        assert '<pre class="finding">request 1 matches no recorded turn\n- tools: added refund_order</pre>' in html
+
     def test_a_value_added_at_the_end_marks_only_the_addition(self) -> None:
         html = page(flow(passed=False, exit_code=3, findings=[divergence("messages.0.content", "Book", "Book now")]))
         assert "<pre>Book</pre>" in html and "<pre>Book<mark> now</mark></pre>" in html

@@ -34,11 +34,22 @@ def flow_conversation(result: FlowResult) -> dict[str, Any] | None:
     return conversation_json(build_trajectory(turns, mcp_calls), mcp_calls)
 
 
+def _shown_path(path: Path) -> str:
+    """``path`` relative to the working directory when it lies inside it: a page uploaded
+    from CI reads the same as the repository, not as the build machine's folders."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def html_report(results: Sequence[FlowResult]) -> str:
     """The page for a run of ``results`` (in run order)."""
     doc = render_json_doc(results)
     for flow, result in zip(doc["flows"], results, strict=True):
         flow["conversation"] = flow_conversation(result)
+        if result.cassette is not None:
+            flow["cassette"] = _shown_path(result.cassette)
     return render_html(doc)
 
 

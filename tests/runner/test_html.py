@@ -64,6 +64,14 @@ class TestReport:
         assert "0 of 2" not in page and "1 of 2 flow(s) passed · exit code 3" in page
 
 
+    def test_the_cassette_is_shown_relative_to_the_working_directory(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.chdir(tmp_path)
+        page = html_report([result(cassette=tmp_path / "specs" / "booking.cassette.json")])
+        assert "cassette specs/booking.cassette.json" in page and str(tmp_path) not in page
+
+
 class TestWrite:
     def test_writes_a_readable_file_and_creates_the_folder(self, tmp_path: Path) -> None:
         path = tmp_path / "reports" / "run.html"
@@ -132,3 +140,10 @@ class TestFlag:
         assert res.exit_code == 2
         assert f"cannot write the HTML report to {blocker / 'r.html'}" in res.output
         assert "Traceback" not in res.output
+
+    def test_an_empty_shard_still_writes_a_page(self, tmp_path: Path, fake_env) -> None:
+        spec = write_spec(tmp_path)
+        page = tmp_path / "report.html"
+        res = CliRunner().invoke(run_command, [str(spec), "--shard", "2/2", "--html", str(page)], catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        assert "No flow ran." in page.read_text(encoding="utf-8")
