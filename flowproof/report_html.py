@@ -20,6 +20,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import difflib
 import html
 import json
 import re
@@ -40,6 +41,12 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-acti
 _INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 
 _PASS, _FAIL = "✓", "✗"
+
+#: Words, runs of space, single other characters: the units the side-by-side diff marks.
+_TOKEN = re.compile(r"\w+|\s+|[^\w\s]", re.DOTALL)
+#: Above this many tokens (both sides) a word diff could take seconds; the prefix/suffix rule
+#: takes a single pass.
+_WORD_DIFF_LIMIT = 4000
 
 # --------------------------------------------------------------------------- data
 
@@ -215,11 +222,12 @@ def _flow(number: int, flow: Mapping[str, Any]) -> str:
     if flow.get("error"):
         parts.append(f'<pre class="error">{_text(flow["error"])}</pre>')
     bad = first_bad_turn(flow)
-    if bad:
-        parts.append(_diff(bad))
     compare = flow.get("compare") or {}
     if compare.get("first_drift") is not None:
-        parts.append(_compare_pair(compare["results"][compare["first_drift"]]))
+        # Compare: the two responses are the diff (the findings name the same parts).
+        parts.append(_compare_pair(compare["results"][compare["first_drift"]], bad))
+    elif bad:
+        parts.append(_diff(bad))
     if not flow.get("passed") and flow.get("next"):
         parts.append(f'<p class="next">{_text(flow["next"])}</p>')
     parts.append(_steps(flow.get("steps") or ()))
@@ -295,8 +303,9 @@ def _diff(findings: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def _compare_pair(result: Mapping[str, Any]) -> str:
-    """A compare drift's two responses side by side: tool calls, finish reason, text."""
+def _compare_pair(result: Mapping[str, Any], findings: Sequence[Mapping[str, Any]]) -> str:
+    """A compare drift's two responses side by side: tool calls, finish reason, text, then any
+    finer path the findings name (inside the tool calls' arguments)."""
     calls = result.get("tool_calls") or {}
     text = result.get("text") or {}
     finish = result.get("finish_reason") or {}
@@ -307,26 +316,33 @@ def _compare_pair(result: Mapping[str, Any]) -> str:
             or "(none)"
         )
 
-    rows = []
-    for label, rec, live in (
+    pairs = [
         ("tool calls", side("recorded"), side("live")),
         ("finish reason", _value(finish.get("recorded")), _value(finish.get("live"))),
         ("text", _value(text.get("recorded")), _value(text.get("live"))),
-    ):
+    ]
+    pairs += [
+        (str(f["path"]), _value(f.get("recorded")), _value(f.get("live")))
+        for f in findings
+        if f.get("path") and f["path"] not in ("tool_calls", "finish_reason", "text")
+    ]
+    rows = []
+    for label, rec, live in pairs:
         left, right = _highlight(rec, live)
         rows.append(
-            f'<tr><td class="path">{label}</td><td class="side recorded"><pre>{left}</pre></td>'
+            f'<tr><td class="path">{_text(label)}</td><td class="side recorded"><pre>{left}</pre></td>'
             f'<td class="side other"><pre>{right}</pre></td></tr>'
         )
     where = (
-        f"turn {result.get('turn')}"
+        f"recorded turn {result.get('turn')}"
         if result.get("turn") is not None
         else f"live call {result.get('live_call')}"
     )
+    head = f"first bad turn: drift at {where}, thread {result.get('thread')} ({result.get('kind')})"
     return (
-        f'<div class="firstbad"><h3>first drift: {_text(where)}, thread {_text(result.get("thread"))} '
-        f'({_text(result.get("kind"))})</h3><table class="diff"><thead><tr><th>part</th><th>recorded</th>'
-        f"<th>live</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+        f'<div class="firstbad" id="first-bad"><h3>{_text(head)}</h3><table class="diff"><thead><tr>'
+        "<th>part</th><th>recorded</th><th>live</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 
@@ -492,10 +508,21 @@ def _value(value: Any) -> str:
 
 
 def _highlight(left: str, right: str) -> tuple[str, str]:
-    """Both sides escaped, the part between their common prefix and common suffix marked:
-    linear in the length, so a long prompt costs no more than reading it."""
+    """Both sides escaped, what differs marked: word by word when both are short enough for
+    a sequence diff, else the part between their common prefix and common suffix (linear,
+    so a long prompt costs no more than reading it)."""
     if left == right:
         return _text(left), _text(right)
+    a, b = _TOKEN.findall(left), _TOKEN.findall(right)
+    if len(a) + len(b) <= _WORD_DIFF_LIMIT:
+        marked_left: list[str] = []
+        marked_right: list[str] = []
+        matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+        for op, i1, i2, j1, j2 in matcher.get_opcodes():
+            for out, chunk in ((marked_left, "".join(a[i1:i2])), (marked_right, "".join(b[j1:j2]))):
+                if chunk:
+                    out.append(_text(chunk) if op == "equal" else f"<mark>{_text(chunk)}</mark>")
+        return "".join(marked_left), "".join(marked_right)
     start = 0
     limit = min(len(left), len(right))
     while start < limit and left[start] == right[start]:

@@ -246,6 +246,19 @@ class TestPage:
         html = page(flow(passed=False, exit_code=3, findings=[divergence("messages.0.content", "Book", "Book now")]))
         assert "<pre>Book</pre>" in html and "<pre>Book<mark> now</mark></pre>" in html
 
+    def test_each_changed_word_is_marked_on_its_own(self) -> None:
+        html = page(flow(passed=False, exit_code=3, findings=[
+            divergence("messages.1.content", "Booked KQ311 for tomorrow.", "Booked KQ999 for today.")]))
+        assert "<pre>Booked <mark>KQ311</mark> for <mark>tomorrow</mark>.</pre>" in html
+        assert "<pre>Booked <mark>KQ999</mark> for <mark>today</mark>.</pre>" in html
+
+    def test_a_very_long_value_marks_the_span_between_prefix_and_suffix(self) -> None:
+        """Past the word-diff limit (thousands of words) one span is marked, in one pass."""
+        head, tail = "word " * 3000, " end" * 10
+        html = page(flow(passed=False, exit_code=3, findings=[
+            divergence("messages.0.content", head + "KQ311 x KQ312" + tail, head + "KQ999 x KQ998" + tail)]))
+        assert "<mark>311 x KQ312</mark>" in html and "<mark>999 x KQ998</mark>" in html
+
     def test_structured_values_are_shown_as_json(self) -> None:
         html = page(flow(passed=False, exit_code=3, findings=[divergence("tools", ["a"], None)]))
         assert "<pre><mark>[\n  &quot;a&quot;\n]</mark></pre>" in html and "<mark>(none)</mark>" in html
@@ -263,7 +276,7 @@ class TestPage:
                  compare={"results": [result], "first_drift": 0})
         )
         assert "<th>recorded</th><th>live</th>" in html
-        assert "first drift: turn 2, thread 0 (paired)" in html
+        assert "first bad turn: drift at recorded turn 2, thread 0 (paired)" in html
         assert "<mark>You&#x27;re</mark> booked." in html and "<mark>All</mark> booked." in html
 
     def test_failed_checks_show_their_message_and_location(self) -> None:

@@ -237,7 +237,7 @@ class TestCompareReport:
                             keys=True)
         assert ran.code == 4, ran.output
         dom = Dom(render(chromium, page))
-        assert "first drift: turn 2, thread 0 (paired)" in dom.all_text
+        assert "first bad turn: drift at recorded turn 2, thread 0 (paired)" in dom.all_text
         assert any("All booked: KQ311 to Nairobi, reference B-1042." in c for c in dom.cells("other"))
         assert any("You're booked on KQ311" in c for c in dom.cells("recorded"))
         # The conversation is the live one.
