@@ -581,6 +581,7 @@ tr.bad td:first-child,li.bad{color:var(--bad)}
 .thread{border-top:1px dashed var(--line);padding-top:6px;margin-top:8px}
 .turn{margin:6px 0 10px;padding-left:10px;border-left:3px solid var(--line)}.turn.badturn{border-left-color:var(--bad)}
 .msg{border-radius:6px;padding:6px 10px;margin:4px 0;max-width:92%}
+.msg pre,.side pre,.error,details pre{max-height:32em;overflow:auto}
 .msg .role{display:block;font-size:11.5px;font-weight:600;color:var(--muted);margin-bottom:2px}
 .user{background:#ddf4ff;margin-left:auto}.assistant{background:var(--bg);border:1px solid var(--line)}
 .call{background:#fff8c5;border:1px solid #eac54f}.result{background:#f5f0ff;border:1px solid #d8c8ff}

@@ -18,7 +18,7 @@ from flowproof.runner.flow import FlowResult
 from flowproof.runner.html import flow_conversation, html_report, write_html
 
 from .conftest import FAKE_ADDON
-from .helpers import BOOKING_TURNS, cassette_text, turn_events, write_script, write_spec
+from .helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events, write_script, write_spec
 
 
 def result(code: int = EXIT_OK, **kw) -> FlowResult:
@@ -50,6 +50,12 @@ class TestReport:
         [thread] = conversation["threads"]
         calls = [c["name"] for t in thread["turns"] for c in t["response"]["tool_calls"]]
         assert calls == ["search_flights", "create_booking"]
+
+    def test_request_text_is_shown_as_the_cassette_holds_it(self) -> None:
+        """A normalized volatile span shows as its placeholder, as in the cassette."""
+        turn = chat_turn(0, text="Booked.", user="Book me a flight on «volatile:date»")
+        page = html_report([result(events=tuple(parse_events(turn_events([turn]))))])
+        assert "Book me a flight on «volatile:date»" in page
 
     def test_a_flow_that_never_ran_has_no_conversation(self) -> None:
         assert flow_conversation(result(2, error="spec error")) is None
