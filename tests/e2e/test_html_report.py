@@ -136,7 +136,7 @@ def listener() -> Iterator[tuple[int, list[str]]]:
 
 
 class TestReplayReport:
-    def test_a_run_of_three_flows_is_one_page_with_the_first_bad_turn_as_a_diff(
+    def test_a_run_of_the_examples_is_one_page_with_the_first_bad_turn_as_a_diff(
         self, examples: Path, flowproof: Flowproof, chromium: str
     ) -> None:
         """Replay of the bundled examples with -j 2, one diverging and one failing an assertion:
