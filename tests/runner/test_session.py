@@ -115,24 +115,32 @@ def test_an_unknown_mode_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("script_done", "events", "expected"),
+    ("mode", "script_done", "events", "expected"),
     [
-        ({"unconsumed": [2], "text": "1 recorded call(s) were never made (missing calls)"}, [],
+        ("replay", {"unconsumed": [2], "text": "1 recorded call(s) were never made (missing calls)"}, [],
          "1 recorded call(s) were never made"),
-        ({}, [{"event": "error", "text": "upstream refused the connection"}], "upstream refused the connection"),
+        ("replay", {}, [{"event": "error", "text": "upstream refused the connection"}],
+         "upstream refused the connection"),
+        ("compare", {}, [{"event": "drift", "id": "1", "text": "turn 2: the text differs"}],
+         "The live run differs from the recording"),
     ],
-    ids=["missing calls", "proxy error"],
+    ids=["missing calls", "proxy error", "compare drift"],
 )
-def test_missing_calls_and_proxy_errors_fail_the_session(
+def test_missing_calls_proxy_errors_and_drift_fail_the_session(
     tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch,
-    script_done: dict[str, object], events: list[dict[str, object]], expected: str,
+    mode: str, script_done: dict[str, object], events: list[dict[str, object]], expected: str,
 ) -> None:
     cassette = tmp_path / "c.json"
     cassette.write_text(cassette_text(BOOKING_TURNS))
     script(tmp_path, monkeypatch, events=events, done=script_done)
-    result = ProxySession(cassette, ca=ca_files).start().close()
+    session = ProxySession(cassette, mode=mode, ca=ca_files, rerecord="pytest t.py::x --flowproof-mode record")
+    result = session.start().close()
     assert not result.passed
-    assert expected in session_report(ProxySession(cassette), result)
+    report = session_report(session, result)
+    assert expected in report
+    if mode == "compare":
+        assert "turn 2: the text differs" in report and "pytest t.py::x --flowproof-mode record" in report
+        assert cassette.read_text() == cassette_text(BOOKING_TURNS)  # compare never writes
 
 
 def test_base_url_route_sets_the_sdk_base_urls(
