@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from flowproof.cassette import turn_views
+from flowproof.cassette import turn_path_fields
 from flowproof.errors import FlowproofError
 from flowproof.events import (
     DivergenceEvent,
@@ -39,7 +39,9 @@ from flowproof.events import (
     parse_event,
 )
 from flowproof.log import TERMINAL, get_logger
+from flowproof.replay import codec_view
 from flowproof.runner.agents import EventSource, answer_complete
+from flowproof.wire import with_path_fields
 
 __all__ = [
     "CI_VALUES_OFF",
@@ -82,10 +84,12 @@ def status_line_enabled(
 
 
 def _model(turn_event: TurnEvent) -> str | None:
-    try:
-        return turn_views(turn_event.turn).request.model
-    except FlowproofError:  # an unreadable turn still gets its line; the report says what is wrong
-        return None
+    """The model the turn's request asked for; only the request is parsed (the response is
+    the bigger half). None when it cannot be read: the line is still written, the report
+    says what is wrong."""
+    turn = turn_event.turn
+    view = codec_view(turn.provider, turn.request.body)
+    return None if view is None else with_path_fields(view, turn_path_fields(turn)).model
 
 
 def call_fields(event: Event) -> tuple[str, dict[str, Any]] | None:

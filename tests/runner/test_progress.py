@@ -263,3 +263,19 @@ class TestProgress:
         progress.watch(Path("b.flow.yaml"), "booking", ["Book"])
         progress.close()
         assert out.getvalue() == ""
+
+
+class TestModelOfATurn:
+    def test_a_gemini_turn_takes_its_model_from_the_url_path(self) -> None:
+        """Gemini names the model in the path, not the body: the line still shows it."""
+        gemini = turn_from_json({
+            **BOOKING_TURNS[2],
+            "provider": "gemini",
+            "request": {
+                **BOOKING_TURNS[2]["request"],
+                "url": "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent",
+                "body": {"contents": [{"role": "user", "parts": [{"text": "Book me a flight"}]}]},
+            },
+        }, "test")
+        fields = call_fields(TurnEvent("f1", "replay", gemini))
+        assert fields is not None and fields[1]["model"] == "gemini-2.5-flash"
