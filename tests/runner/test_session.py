@@ -35,6 +35,14 @@ def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **content: object) -
     monkeypatch.setenv("FAKE_FLOWPROOF_SCRIPT", str(write_script(tmp_path / "script.json", **content)))
 
 
+def scripted_events_written(session: ProxySession, count: int) -> None:
+    """Wait until the stand-in addon has written its ``count`` scripted events (it writes them
+    just after ``ready``, so they may still be coming when `start` returns)."""
+    deadline = time.monotonic() + 10
+    while len(session.events()) < count + 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def test_the_environment_points_at_the_proxy_and_is_put_back(
     tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -49,6 +57,7 @@ def test_the_environment_points_at_the_proxy_and_is_put_back(
         assert os.environ["SSL_CERT_FILE"] == str(ca_files.bundle)
         # Replay: no request reaches a provider, so an SDK that insists on a key gets a placeholder.
         assert os.environ["OPENAI_API_KEY"] == PLACEHOLDER_KEY
+        scripted_events_written(session, len(turn_events(BOOKING_TURNS)))
         assert [c.name for c in session.trajectory().tool_calls] == ["search_flights", "create_booking"]
     finally:
         result = session.close()
@@ -168,6 +177,7 @@ def test_trajectory_waits_for_a_call_in_flight_then_gives_what_it_has(
     monkeypatch.setattr("flowproof.runner.session.SETTLE_SECONDS", 0.5)
     session = ProxySession(cassette, ca=ca_files).start()
     try:
+        scripted_events_written(session, len(events))
         started = time.monotonic()
         calls = session.trajectory().tool_calls
         assert time.monotonic() - started >= 0.5
