@@ -36,7 +36,7 @@ from flowproof.errors import (
 )
 from flowproof.events import Event, McpRejectedEvent, TurnEvent, parse_events
 from flowproof.model import Turn
-from flowproof.runner.agents import AgentRun, run_command_agent, run_url_agent
+from flowproof.runner.agents import AgentRun, EventSource, run_command_agent, run_url_agent
 from flowproof.runner.env import (
     CAFiles,
     agent_env,
@@ -52,6 +52,7 @@ from flowproof.runner.mcp import (
     proxy_args,
     replay_environ,
 )
+from flowproof.runner.progress import Progress
 from flowproof.runner.proxy import (
     ProxySettings,
     RunningProxy,
@@ -60,7 +61,7 @@ from flowproof.runner.proxy import (
     start_proxy,
 )
 from flowproof.runner.recording import Staging
-from flowproof.runner.warm import ProxyPool, ProxySession, warm_key
+from flowproof.runner.warm import ProxyPool, WarmSession, warm_key
 from flowproof.spec import FlowSpec, load_spec, resolve_variables
 from flowproof.spec.types import AgentSpec, ToolCallAssertion
 from flowproof.guard import guard_evidence
@@ -116,6 +117,8 @@ class RunOptions:
     #: Warm proxies shared by the flows of a run: each flow opens a session on one instead of
     #: starting its own mitmdump (None: every flow starts its own, as a single flow does).
     proxies: ProxyPool | None = None
+    #: The per-call log lines and the status line (`runner.progress`); None: neither.
+    progress: Progress | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +242,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
     handler = options.compare_handler or spec.on_compare
     upstream = tuple(options.upstream)
     cancel = options.cancel
+    watch = options.progress.watch(spec_path, spec.name, prompts) if options.progress else None
     try:
         with tempfile.TemporaryDirectory(prefix=scratch_prefix("run")) as scratch:
             settings = ProxySettings(
@@ -270,10 +274,14 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 run = _drive(
                     proxy, spec.agent, prompts, agent_environ, ca, placeholders, model_hosts, timeout,
                     cancelled=cancel.is_set if cancel is not None else None,
+                    events=watch.source(proxy.events) if watch is not None else None,
                 )
             finally:
                 proxy.stop()
-            events = parse_events(proxy.events())
+            raw_events = proxy.events()
+            if watch is not None:
+                watch.feed(raw_events)  # what arrived after the agent's last poll
+            events = parse_events(raw_events)
         if cancel is not None and cancel.is_set():
             raise Interrupted(cancel.signum)
         return _verdict(
@@ -298,9 +306,11 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             staging.discard()
             STAGED.discard(staging.path)
         held.close()
+        if watch is not None:
+            watch.finish()
 
 
-def _proxy_for(settings: ProxySettings, options: RunOptions) -> RunningProxy | ProxySession:
+def _proxy_for(settings: ProxySettings, options: RunOptions) -> RunningProxy | WarmSession:
     """A session on the run's warm proxy when the flow can have one, else a proxy of its own."""
     if options.proxies is not None and warm_key(settings) is not None:
         return options.proxies.open(settings, timeout=options.proxy_timeout)
@@ -325,7 +335,7 @@ def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: boo
 
 
 def _drive(
-    proxy: RunningProxy | ProxySession,
+    proxy: RunningProxy | WarmSession,
     agent: AgentSpec,
     prompts: Sequence[str],
     environ: Mapping[str, str],
@@ -334,9 +344,11 @@ def _drive(
     model_hosts: Sequence[str],
     timeout: float,
     cancelled: Callable[[], bool] | None = None,
+    events: EventSource | None = None,
 ) -> AgentRun:
+    events = events or proxy.events
     if agent.url:
-        return run_url_agent(agent.url, prompts=prompts, timeout=timeout, events=proxy.events)
+        return run_url_agent(agent.url, prompts=prompts, timeout=timeout, events=events)
     base = dict(environ)
     if prompts:
         base["FLOWPROOF_PROMPT"] = prompts[0]
@@ -362,7 +374,7 @@ def _drive(
         env=env,
         cwd=agent.cwd,
         timeout=timeout,
-        events=proxy.events,
+        events=events,
         cancelled=cancelled,
     )
 
@@ -407,6 +419,7 @@ def _verdict(
                 message=r.message,
                 location=str(r.location) if r.location else None,
                 source=step_line(r.step),
+                mismatches=r.mismatches,
             )
             for r in evaluate(spec, trajectory)
         )

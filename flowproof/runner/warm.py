@@ -9,7 +9,7 @@ exactly the options a cold proxy would get on its command line. Closing the
 session runs what a cold proxy's shutdown runs (the recording is written, the
 ``done`` event logged) and removes its listeners.
 
-`ProxySession` has the interface of `runner.proxy.RunningProxy` that a flow uses
+`WarmSession` has the interface of `runner.proxy.RunningProxy` that a flow uses
 (``url``, ``reverse_urls``, ``events``, ``stop``), so `runner.flow` drives either.
 A proxy that died, or whose session would not close, is dropped: the next flow
 starts a new one. The process is started like a cold proxy: own process group,
@@ -46,7 +46,7 @@ from flowproof.runner.proxy import (
     sweep_scratch,
 )
 
-__all__ = ["ProxyPool", "ProxySession", "WarmProxy", "session_request", "warm_enabled", "warm_key"]
+__all__ = ["ProxyPool", "WarmSession", "WarmProxy", "session_request", "warm_enabled", "warm_key"]
 
 _STDERR_TAIL = 4000
 #: A Unix socket path must fit in sun_path (108 bytes on Linux).
@@ -122,7 +122,7 @@ def session_request(settings: ProxySettings) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
-class ProxySession:
+class WarmSession:
     """One flow's session on a `WarmProxy`; used like `runner.proxy.RunningProxy`."""
 
     settings: ProxySettings
@@ -282,7 +282,7 @@ class WarmProxy:
             return ""
         return data[-_STDERR_TAIL:].decode("utf-8", "replace").strip()
 
-    def open(self, settings: ProxySettings, timeout: float = 20.0) -> ProxySession:
+    def open(self, settings: ProxySettings, timeout: float = 20.0) -> WarmSession:
         """Open a session for one flow; `ProxyError` with the proxy's reason when it cannot."""
         started = time.monotonic()
         settings.report.parent.mkdir(parents=True, exist_ok=True)
@@ -320,7 +320,7 @@ class WarmProxy:
                 if mode.startswith(f"reverse:https://{host}@"):
                     reverse[host] = entry_port
         self.sessions_opened += 1
-        return ProxySession(settings, port, reverse, time.monotonic() - started, self, sock)
+        return WarmSession(settings, port, reverse, time.monotonic() - started, self, sock)
 
     def kill(self) -> None:
         """SIGKILL the proxy's process group and remove its scratch folder (idempotent)."""
@@ -348,7 +348,7 @@ class ProxyPool:
         self.starts = 0
         self.pids: list[int] = []
 
-    def open(self, settings: ProxySettings, timeout: float = 20.0) -> ProxySession:
+    def open(self, settings: ProxySettings, timeout: float = 20.0) -> WarmSession:
         """A session for ``settings`` on the proxy of its kind (started when there is none,
         or when the last one died)."""
         key = warm_key(settings)
