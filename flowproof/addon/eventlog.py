@@ -3,6 +3,10 @@
 One typed event (`flowproof.events`) a line, flushed per line, so a runner
 polling the file sees each event as soon as it happens. mitmproxy runs every
 hook on one event loop, so no locking is needed.
+
+A writer may hold back the flush of a line that another line of the same hook
+always follows (replay's ``request_started``, then its ``turn`` or
+``divergence``): the two reach the file in one write, and a line is never cut.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ class EventLog:
         self.path = path
         self._file: IO[str] | None = None
 
-    def write(self, event: Event) -> None:
-        """Write ``event`` as one line and flush it."""
+    def write(self, event: Event, *, flush: bool = True) -> None:
+        """Write ``event`` as one line and flush it (with ``flush=False``: at the next
+        flushed write or at `close`; see the module docstring)."""
         if self.path is None:
             return
         if self._file is None:
@@ -42,7 +47,8 @@ class EventLog:
             self._file = open(self.path, "a", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
         line = json.dumps(event.to_json(), ensure_ascii=False, default=str)
         self._file.write(line + "\n")
-        self._file.flush()
+        if flush:
+            self._file.flush()
 
     def close(self) -> None:
         """Close the file (a later `write` reopens it)."""

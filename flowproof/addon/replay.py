@@ -76,9 +76,14 @@ class Replay:
                 # goes there too, never to the real host with their key.
                 shared.map_upstream(flow.request)
             return
-        prepared = shared.prepare(flow, codec)
+        # Every way out of this hook writes a flushed line (turn, divergence, or the
+        # error of Replay.request), so request_started shares its write.
+        prepared = shared.prepare(flow, codec, flush=False)
         assert shared.replayer is not None  # configure builds it for replay
-        decision = shared.replayer.decide(codec.name, prepared.sha256, prepared.body, prepared.path_fields)
+        # The body is parsed only if it matches nothing (to explain the miss).
+        decision = shared.replayer.decide(
+            codec.name, prepared.sha256, lambda: prepared.body, prepared.path_fields
+        )
         if isinstance(decision, Miss):
             divergence = decision.divergence
             text = divergence.render(shared.record_command())

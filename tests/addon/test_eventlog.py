@@ -21,6 +21,24 @@ class TestEventLog:
         assert [e["event"] for e in lines] == ["earlier", "ready"]
         assert lines[1]["listen"][0]["port"] == 1
 
+    def test_an_unflushed_line_reaches_the_file_with_the_next_flushed_one(self, tmp_path: Path):
+        """flush=False holds a line back until the next flushed write; no line is ever cut."""
+        path = tmp_path / "e.jsonl"
+        log = EventLog(path)
+        log.write(ReadyEvent((), "replay"))
+        log.write(ErrorEvent("held back"), flush=False)
+        assert [json.loads(x)["event"] for x in path.read_text().splitlines()] == ["ready"]
+        log.write(DoneEvent())
+        assert [json.loads(x)["event"] for x in path.read_text().splitlines()] == ["ready", "error", "done"]
+        log.close()
+
+    def test_close_writes_an_unflushed_line(self, tmp_path: Path):
+        path = tmp_path / "e.jsonl"
+        log = EventLog(path)
+        log.write(ErrorEvent("last"), flush=False)
+        log.close()
+        assert [json.loads(x)["event"] for x in path.read_text().splitlines()] == ["error"]
+
     def test_no_path_writes_nothing(self, tmp_path: Path):
         """Without a path, writing is a no-op."""
         log = EventLog(None)
