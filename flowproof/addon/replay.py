@@ -13,6 +13,7 @@ import json
 
 from mitmproxy import http
 
+from flowproof.addon.eventlog import spliceable_json
 from flowproof.addon.hold import HOLD_HEADER, Held, HoldServer
 from flowproof.addon.shared import JSON_HEADERS, Shared, log, refuse_unhandled
 from flowproof.cassette import RecordedResponse, RecordedTurn
@@ -103,16 +104,21 @@ class Replay:
             )
             return
         turn = decision.turn
+        # The request hashed to the recorded body's sha256, so its bytes are that body's JSON:
+        # the turn line carries them instead of serializing the body again (EventLog).
+        request_json = (
+            spliceable_json(prepared.normalized) if isinstance(turn.request.body, dict | list) else None
+        )
         if turn.abandoned:
             self._hold(flow, turn)
-            shared.events.write(TurnEvent(flow.id, "replay", turn))
+            shared.events.write(TurnEvent(flow.id, "replay", turn), request_json=request_json)
             log.info("turn_replayed_abandoned", flow_id=flow.id, provider=codec.name, turn=turn.index)
             return
         recorded = turn.response
         assert recorded is not None  # only an abandoned turn may lack a response
         content = shared.config.normalizer.restore(recorded.content())
         flow.response = http.Response.make(recorded.status, content, replay_headers(recorded))
-        shared.events.write(TurnEvent(flow.id, "replay", turn))
+        shared.events.write(TurnEvent(flow.id, "replay", turn), request_json=request_json)
         log.info("turn_replayed", flow_id=flow.id, provider=codec.name, turn=turn.index)
 
     def _hold(self, flow: http.HTTPFlow, turn: RecordedTurn) -> None:
