@@ -174,11 +174,22 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> 
     sys.exit("mitmdump never listened")
 
 
-def mitmdump(args: list[str], port: int, confdir: Path) -> subprocess.Popen[bytes]:
+def mitmdump(args: list[str], port: int, confdir: Path, pythonpath: str | None = None,
+             report: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start mitmdump; wait for its port, or for the addon's ``ready`` event when ``report`` is given
+    (the addon loads after mitmproxy listens: calls before ``ready`` would time its import)."""
     argv = [str(BIN / "mitmdump"), "-q", "--listen-host", "127.0.0.1", "--listen-port", str(port),
             "--set", f"confdir={confdir}", "--set", "connection_strategy=lazy", *args]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath  # another flowproof checkout (--before)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=env, cwd="/")
     wait_port(port, proc)
+    while report is not None and b'"event": "ready"' not in (report.read_bytes() if report.exists() else b""):
+        if proc.poll() is not None:
+            sys.exit(f"mitmdump exited {proc.returncode}")
+        time.sleep(0.01)
     return proc
 
 
@@ -206,7 +217,8 @@ def prepare(tmp: Path, calls: int, sse: bool) -> tuple[Path, Path, int]:
     cassette, flows, confdir = tmp / "c.json", tmp / "flows.mitm", tmp / "conf"
     try:
         port = free_port()
-        proc = mitmdump(addon_args("record", cassette, tmp / "rec.jsonl", upstream.port), port, confdir)
+        proc = mitmdump(addon_args("record", cassette, tmp / "rec.jsonl", upstream.port), port, confdir,
+                        report=tmp / "rec.jsonl")
         client_loop(port, calls, 1)
         stop(proc)
         port = free_port()
@@ -244,11 +256,11 @@ def e2e(args: argparse.Namespace) -> None:
             finally:
                 stop(proc)
 
-        def flowproof_replay() -> float:
+        def flowproof_replay(pythonpath: str | None = None) -> float:
             port = free_port()
             report = tmp / "replay.jsonl"
             report.unlink(missing_ok=True)
-            proc = mitmdump(addon_args("replay", cassette, report, None), port, confdir)
+            proc = mitmdump(addon_args("replay", cassette, report, None), port, confdir, pythonpath, report)
             try:
                 return client_loop(port, args.calls, args.concurrency)
             finally:
@@ -257,6 +269,9 @@ def e2e(args: argparse.Namespace) -> None:
         peers: dict[str, Callable[[], float]] = {
             "floor": floor, "mitmdump --server-replay": mitm_replay, "flowproof replay": flowproof_replay,
         }
+        if args.before:
+            peers["flowproof replay (before)"] = lambda: flowproof_replay(args.before)
+            times["flowproof replay (before)"] = []
         for name, run in peers.items():  # one untimed warm-up each
             run()
         for _ in range(args.runs):
@@ -271,6 +286,9 @@ def e2e(args: argparse.Namespace) -> None:
         mitm_over = med["mitmdump --server-replay"] - med["floor"]
         fp_over = med["flowproof replay"] - med["floor"]
         print(f"  ratio flowproof/mitmdump over the floor: {fp_over / mitm_over:.2f}x")
+        if args.before:
+            before_over = med["flowproof replay (before)"] - med["floor"]
+            print(f"  ratio flowproof (before)/mitmdump over the floor: {before_over / mitm_over:.2f}x")
         print(f"  ratio flowproof/mitmdump per call: {med['flowproof replay'] / med['mitmdump --server-replay']:.2f}x")
 
 
@@ -414,6 +432,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--sse", action="store_true")
+    p.add_argument("--before", metavar="DIR", help="also time the flowproof package found in DIR (PYTHONPATH)")
     p = sub.add_parser("micro")
     p.add_argument("--calls", type=int, default=300)
     p.add_argument("--turns", type=int, default=300)
