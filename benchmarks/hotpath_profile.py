@@ -2,9 +2,9 @@
 
 Not a test: a timing harness for the per-call and start-up work (docs/hotpath.md).
 
-    .venv/bin/python benchmarks/hotpath_profile.py e2e [--calls 30] [--runs 5] [--sse] [--concurrency 8]
+    .venv/bin/python benchmarks/hotpath_profile.py e2e [--calls 30] [--runs 5] [--sse] [--concurrency 8] [--before DIR]
     .venv/bin/python benchmarks/hotpath_profile.py micro [--calls 300] [--turns 10000] [--sse]
-    .venv/bin/python benchmarks/hotpath_profile.py startup [--runs 5]
+    .venv/bin/python benchmarks/hotpath_profile.py startup [--runs 5] [--before DIR]
 
 ``e2e`` runs whole mitmdump processes on 127.0.0.1 with the peers interleaved, one run of
 each per round: the client straight to a local upstream (the floor), `mitmdump --server-replay`
@@ -17,8 +17,8 @@ It prints the per-call time, the cost over the floor, and flowproof's ratio to m
 mitmproxy's `ServerPlayback.request` on the same flows; ``--turns`` sizes the cassette
 (the scale target: a 10,000-turn cassette within 1.2x of a 10-turn one).
 
-``startup`` times a replayed single-call flow with `flowproof-run` against mitmdump's own
-start and stop around the same agent.
+``startup`` times a replayed flow (the booking example) with `flowproof-run` against
+mitmdump's own start and stop plus the same agent run straight against a fake server.
 """
 
 from __future__ import annotations
@@ -193,6 +193,20 @@ def mitmdump(args: list[str], port: int, confdir: Path, pythonpath: str | None =
     return proc
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed_through(proc: subprocess.Popen[bytes], port: int, calls: int, concurrency: int) -> tuple[float, float]:
+    """(wall seconds of the client loop, CPU seconds the proxy spent during it)."""
+    before = cpu_seconds(proc.pid)
+    wall = client_loop(port, calls, concurrency)
+    time.sleep(0.05)  # let the proxy finish its last hooks
+    return wall, cpu_seconds(proc.pid) - before
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.send_signal(2)
     try:
@@ -238,58 +252,59 @@ def e2e(args: argparse.Namespace) -> None:
         tmp = Path(t)
         cassette, flows, upstream_port = prepare(tmp, args.calls, args.sse)
         confdir = tmp / "conf"
-        times: dict[str, list[float]] = {"floor": [], "mitmdump --server-replay": [], "flowproof replay": []}
 
-        def floor() -> float:
+        def floor() -> tuple[float, float]:
             up = Upstream(args.sse)
             try:
-                return client_loop(up.port, args.calls, args.concurrency)
+                return client_loop(up.port, args.calls, args.concurrency), 0.0
             finally:
                 up.close()
 
-        def mitm_replay() -> float:
+        def mitm_replay() -> tuple[float, float]:
             port = free_port()
             proc = mitmdump(["--mode", f"reverse:http://127.0.0.1:{upstream_port}", "--server-replay", str(flows),
                              "--set", "server_replay_reuse=false"], port, confdir)
             try:
-                return client_loop(port, args.calls, args.concurrency)
+                return timed_through(proc, port, args.calls, args.concurrency)
             finally:
                 stop(proc)
 
-        def flowproof_replay(pythonpath: str | None = None) -> float:
+        def flowproof_replay(pythonpath: str | None = None) -> tuple[float, float]:
             port = free_port()
             report = tmp / "replay.jsonl"
             report.unlink(missing_ok=True)
             proc = mitmdump(addon_args("replay", cassette, report, None), port, confdir, pythonpath, report)
             try:
-                return client_loop(port, args.calls, args.concurrency)
+                return timed_through(proc, port, args.calls, args.concurrency)
             finally:
                 stop(proc)
 
-        peers: dict[str, Callable[[], float]] = {
+        peers: dict[str, Callable[[], tuple[float, float]]] = {
             "floor": floor, "mitmdump --server-replay": mitm_replay, "flowproof replay": flowproof_replay,
         }
         if args.before:
             peers["flowproof replay (before)"] = lambda: flowproof_replay(args.before)
-            times["flowproof replay (before)"] = []
-        for name, run in peers.items():  # one untimed warm-up each
+        wall: dict[str, list[float]] = {k: [] for k in peers}
+        cpu: dict[str, list[float]] = {k: [] for k in peers}
+        for run in peers.values():  # one untimed warm-up each
             run()
         for _ in range(args.runs):
             for name, run in peers.items():
-                times[name].append(run() / args.calls * 1000)
-        med = {k: statistics.median(v) for k, v in times.items()}
+                w, c = run()
+                wall[name].append(w / args.calls * 1000)
+                cpu[name].append(c / args.calls * 1000)
+        med = {k: statistics.median(v) for k, v in wall.items()}
+        cmed = {k: statistics.median(v) for k, v in cpu.items()}
         kind = "SSE" if args.sse else "JSON"
-        print(f"{args.calls} calls, {kind}, concurrency {args.concurrency}, median of {args.runs} (ms per call)")
-        for name, value in med.items():
-            over = value - med["floor"]
-            print(f"  {name:28s} {value:7.2f}   over floor {over:6.2f}   runs {[round(x, 2) for x in times[name]]}")
-        mitm_over = med["mitmdump --server-replay"] - med["floor"]
-        fp_over = med["flowproof replay"] - med["floor"]
-        print(f"  ratio flowproof/mitmdump over the floor: {fp_over / mitm_over:.2f}x")
-        if args.before:
-            before_over = med["flowproof replay (before)"] - med["floor"]
-            print(f"  ratio flowproof (before)/mitmdump over the floor: {before_over / mitm_over:.2f}x")
-        print(f"  ratio flowproof/mitmdump per call: {med['flowproof replay'] / med['mitmdump --server-replay']:.2f}x")
+        print(f"{args.calls} calls, {kind}, concurrency {args.concurrency}, median of {args.runs} "
+              "(ms per call: client wall time, and the proxy process's CPU time)")
+        for name in peers:
+            print(f"  {name:28s} wall {med[name]:7.2f} (over floor {med[name] - med['floor']:6.2f})"
+                  f"   proxy CPU {cmed[name]:6.2f}   wall runs {[round(x, 2) for x in wall[name]]}")
+        mitm = "mitmdump --server-replay"
+        for name in [n for n in peers if n.startswith("flowproof")]:
+            over = (med[name] - med["floor"]) / (med[mitm] - med["floor"])
+            print(f"  {name} / mitmdump: wall over the floor {over:.2f}x, proxy CPU {cmed[name] / cmed[mitm]:.2f}x")
 
 
 # --------------------------------------------------------------------------- in-process
@@ -394,34 +409,72 @@ def micro(args: argparse.Namespace) -> None:
 
 
 def startup(args: argparse.Namespace) -> None:
-    """A one-call replayed flow through flowproof-run vs mitmdump's own start+stop around the agent."""
-    env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper() and not k.startswith("OPENAI")}
-    spec = REPO / "example_specs" / "booking.flow.yaml"
+    """A replayed flow (the booking example, 3 calls) through flowproof-run, against mitmdump's own
+    start and stop plus the same agent run straight against a fake model server.
 
-    def run_flowproof() -> float:
+    Wall and CPU (every child process: the runner's, the proxy's, the agent's) per run.
+    """
+    import resource
+
+    from flowproof.testing import FakeModelServer
+
+    examples = REPO / "example_specs"
+    scrub = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
+    base_env = {k: v for k, v in os.environ.items() if k not in scrub}
+
+    def measured(fn: Callable[[], None]) -> tuple[float, float]:
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        done = subprocess.run([str(BIN / "flowproof-run"), str(spec)], env=env, cwd=REPO,
-                              capture_output=True, check=False)
+        fn()
+        wall = time.perf_counter() - t0
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+    def run(argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, check=False)
         if done.returncode != 0:
-            sys.exit(done.stdout.decode() + done.stderr.decode())
-        return time.perf_counter() - t0
+            sys.exit(f"{argv} exited {done.returncode}: {done.stdout.decode()}{done.stderr.decode()}")
 
-    def run_mitmdump() -> float:
-        with tempfile.TemporaryDirectory(prefix="hotpath-") as t:
-            t0 = time.perf_counter()
+    def flowproof_run(pythonpath: str | None, ca: Path) -> Callable[[], None]:
+        env = {**base_env, "FLOWPROOF_CA_DIR": str(ca)}
+        if pythonpath:
+            env["PYTHONPATH"] = pythonpath
+        # cwd: example_specs, so a --before checkout is not shadowed by this one on sys.path.
+        return lambda: run([str(BIN / "flowproof-run"), "booking.flow.yaml"], env, examples)
+
+    def mitmdump_and_agent(tmp: Path) -> Callable[[], None]:
+        def go() -> None:
             port = free_port()
-            proc = mitmdump(["--mode", "regular"], port, Path(t))
+            proc = mitmdump(["--mode", "regular"], port, tmp)
+            with FakeModelServer.from_json(examples / "fake_model" / "booking.json") as server:
+                env = {**base_env, "OPENAI_BASE_URL": f"{server.url}/v1", "OPENAI_API_KEY": "sk-bench"}
+                run([sys.executable, "booking_agent.py", "Book me a flight to Nairobi tomorrow"], env, examples)
             stop(proc)
-            return time.perf_counter() - t0
+        return go
 
-    fp, mm = [], []
-    run_flowproof()
-    run_mitmdump()
-    for _ in range(args.runs):
-        fp.append(run_flowproof())
-        mm.append(run_mitmdump())
-    print(f"median of {args.runs}: flowproof-run booking (replay) {statistics.median(fp):.2f}s {[round(x, 2) for x in fp]}; "
-          f"mitmdump start+stop {statistics.median(mm):.2f}s {[round(x, 2) for x in mm]}")
+    with tempfile.TemporaryDirectory(prefix="hotpath-") as t:
+        tmp = Path(t)
+        peers: dict[str, Callable[[], None]] = {
+            "mitmdump start+stop + agent": mitmdump_and_agent(tmp),
+            "flowproof-run (replay)": flowproof_run(None, tmp / "ca"),
+        }
+        if args.before:
+            peers["flowproof-run (before)"] = flowproof_run(args.before, tmp / "ca")
+        wall: dict[str, list[float]] = {k: [] for k in peers}
+        cpu: dict[str, list[float]] = {k: [] for k in peers}
+        for fn in peers.values():
+            fn()  # warm-up: file cache, .pyc, the CA
+        for _ in range(args.runs):
+            for name, fn in peers.items():
+                w, c = measured(fn)
+                wall[name].append(w)
+                cpu[name].append(c)
+    base = "mitmdump start+stop + agent"
+    print(f"booking example (3 calls), median of {args.runs} (seconds; CPU = every child process)")
+    for name in peers:
+        w, c = statistics.median(wall[name]), statistics.median(cpu[name])
+        print(f"  {name:30s} wall {w:5.2f} (+{w - statistics.median(wall[base]):5.2f})  "
+              f"CPU {c:5.2f} (+{c - statistics.median(cpu[base]):5.2f})  wall runs {[round(x, 2) for x in wall[name]]}")
 
 
 def main() -> None:
@@ -441,6 +494,7 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="print a pyinstrument profile of flowproof's hook")
     p = sub.add_parser("startup")
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--before", metavar="DIR", help="also time the flowproof package found in DIR (PYTHONPATH)")
     args = parser.parse_args()
     {"e2e": e2e, "micro": micro, "startup": startup}[args.what](args)
 
