@@ -35,6 +35,7 @@ from flowproof.runner.flags import (
     redact_url,
 )
 from flowproof.runner.flow import REVERSE_HOSTS, STAGED, Cancel, RunOptions, run_flow
+from flowproof.runner.html import write_html
 from flowproof.runner.report import render_json, render_text, show_cassette, worst_exit, write_junit
 from flowproof.spec import load_spec, unresolved_problems
 
@@ -199,6 +200,7 @@ _RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Agent wall-clock timeout in seconds (overrides the spec).")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON report.")
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), help="Also write a self-contained HTML report of the run here (docs/report.md).")
 @click.option("-j", "jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Flows to run in parallel.")
 @click.option("--shard", metavar="I/N", help="Run only shard I of N (1-based, by sorted spec path).")
 @click.option("--compare-handler", metavar="MODULE:FUNC", help="Receive each compare result instead of failing on drift.")
@@ -215,6 +217,7 @@ def run_command(
     timeout: float | None,
     as_json: bool,
     junit: Path | None,
+    html_path: Path | None,
     jobs: int,
     shard: str | None,
     compare_handler: str | None,
@@ -278,6 +281,16 @@ def run_command(
             click.echo(
                 f"flowproof: cannot write the JUnit report to {junit} ({e.strerror or e}) — "
                 "choose a writable --junit path",
+                err=True,
+            )
+            code = max(code, EXIT_USAGE)
+    if html_path is not None:
+        try:
+            write_html(results, html_path)
+        except OSError as e:
+            click.echo(
+                f"flowproof: cannot write the HTML report to {html_path} ({e.strerror or e}) — "
+                "choose a writable --html path",
                 err=True,
             )
             code = max(code, EXIT_USAGE)
