@@ -92,7 +92,7 @@ class Upstream:
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
 
-            def do_POST(self) -> None:  # noqa: N802 — http.server's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 i = json.loads(body)["messages"][1]["content"].split()[1]
                 data = sse_reply(int(i)) if outer.sse else json_reply(int(i))

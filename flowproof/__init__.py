@@ -26,7 +26,12 @@ if TYPE_CHECKING:
     from flowproof.assertions import AssertionResult, evaluate
     from flowproof.cassette import Cassette, RecordedTurn, load_cassette, save_cassette
     from flowproof.compare import CassetteDriftError, CompareResult, compare_responses
-    from flowproof.expect import assert_no_tool_call, assert_reply, assert_tool_call, cassette_trajectory
+    from flowproof.expect import (
+        assert_no_tool_call,
+        assert_reply,
+        assert_tool_call,
+        cassette_trajectory,
+    )
     from flowproof.spec import FlowSpec, load_spec, resolve_variables
     from flowproof.trajectory import Trajectory, build_trajectory
 
