@@ -20,25 +20,31 @@ from flowproof.errors import (
     SpecError,
     WireError,
 )
-from flowproof.expect import (
-    assert_no_tool_call,
-    assert_reply,
-    assert_tool_call,
-    cassette_trajectory,
-)
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult, Turn
 
 if TYPE_CHECKING:
     from flowproof.assertions import AssertionResult, evaluate
     from flowproof.cassette import Cassette, RecordedTurn, load_cassette, save_cassette
     from flowproof.compare import CassetteDriftError, CompareResult, compare_responses
+    from flowproof.expect import (
+        assert_no_tool_call,
+        assert_reply,
+        assert_tool_call,
+        cassette_trajectory,
+    )
     from flowproof.spec import FlowSpec, load_spec, resolve_variables
     from flowproof.trajectory import Trajectory, build_trajectory
 
 #: The rest of the API loads on first use (PEP 562), so importing one core module (say
 #: `flowproof.normalize`, which runs this file first) does not load the YAML spec loader,
-#: the cassette reader and the compare engine with it.
+#: the cassette reader and the compare engine with it. The proxy imports this file too:
+#: the assertion helpers (`flowproof.expect`, which loads the assertion engine) were
+#: half of its import time before they became lazy (docs/hotpath.md).
 _LAZY = {
+    "assert_no_tool_call": "flowproof.expect",
+    "assert_reply": "flowproof.expect",
+    "assert_tool_call": "flowproof.expect",
+    "cassette_trajectory": "flowproof.expect",
     "AssertionResult": "flowproof.assertions",
     "evaluate": "flowproof.assertions",
     "Cassette": "flowproof.cassette",

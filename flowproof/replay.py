@@ -120,7 +120,9 @@ class Replayer:
         """Match one request: the earliest unconsumed turn with this body hash and these path
         fields (`Codec.path_fields` of the request's URL path), or a `Miss`.
 
-        ``body`` (the parsed normalized body) is only read to explain a miss.
+        ``body`` (the parsed normalized body) is only read to explain a miss; it may be a
+        zero-argument callable returning it (a JSON body never is one), so a request that
+        matches never pays for parsing its body (docs/hotpath.md).
         """
         fields = dict(path_fields or {})
         key = match_key(body_sha256, fields)
@@ -158,6 +160,8 @@ class Replayer:
             consumed = frozenset(self._consumed)
         # The explanation (views, deepdiff) runs outside the lock: the replay has
         # already failed, and other connections only need the cheap refusal above.
+        if callable(body):
+            body = body()
         return Miss(self._explain(provider, body, fields, consumed, number))
 
     def _explain(

@@ -123,6 +123,24 @@ class TestMisses:
         assert (d.kind, d.request_number, d.closest_index, d.note) == ("unmatched", 1, 1, "same conversation")
         assert [f.render() for f in d.fields] == ["messages.1.content: recorded a, replayed A"]
 
+    def test_a_lazy_body_is_read_only_to_explain_a_miss(self):
+        """The body may come as a callable: a matching request never calls it, a miss does once."""
+        a, b = chat("a"), chat("b")
+        r = Replayer(cassette(a, chat("c")), view_of=hand_view)
+        reads: list[str] = []
+
+        def lazy(body: dict) -> object:
+            def read() -> dict:
+                reads.append(body["messages"][1]["content"])
+                return body
+            return read
+
+        assert served_index(r.decide("openai-chat", sha(a), lazy(a))) == 0
+        assert reads == []
+        result = r.decide("openai-chat", sha(b), lazy(b))
+        assert isinstance(result, Miss) and reads == ["b"]
+        assert [f.render() for f in result.divergence.fields] == ["messages.1.content: recorded c, replayed b"]
+
     def test_fail_fast_after_the_first_miss(self):
         """After a miss every later request is refused, even one that would match, and nothing is consumed."""
         a, b = chat("a"), chat("b")

@@ -9,17 +9,23 @@ handler when there is one (it decides), else as ``compared`` or ``drift``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mitmproxy import exceptions
 
 from flowproof.addon.live import LiveCalls
 from flowproof.addon.shared import Shared, log
 from flowproof.cassette import Cassette, RecordedTurn, turn_views
-from flowproof.compare import CompareResult, record_on_span
 from flowproof.errors import FlowproofError
 from flowproof.events import ComparedEvent, DoneEvent, DriftEvent, ErrorEvent
 from flowproof.model import Turn
-from flowproof.pairing import Call, Pairer
 from flowproof.replay import codec_view
+
+if TYPE_CHECKING:
+    # Imported where used: the compare engine and the pairer load only in compare mode, so a
+    # replaying proxy starts without them (docs/hotpath.md).
+    from flowproof.compare import CompareResult
+    from flowproof.pairing import Pairer
 
 __all__ = ["Compare"]
 
@@ -35,6 +41,8 @@ class Compare(LiveCalls):
         self.pairer = pairer_for(shared.replayer.cassette, str(shared.config.cassette))
 
     def on_turn(self, flow_id: str, turn: RecordedTurn) -> None:
+        from flowproof.pairing import Call
+
         try:
             view = turn_views(turn)
             result = self.pairer.pair(Call(view, turn.request.body))
@@ -58,6 +66,8 @@ class Compare(LiveCalls):
         A handler's exception rejects the result: a ``drift`` event naming it,
         marked handled. The cassette is never touched.
         """
+        from flowproof.compare import record_on_span
+
         shared = self.shared
         record_on_span(result)
         handler = shared.config.compare_handler
@@ -85,6 +95,8 @@ def pairer_for(cassette: Cassette, path: str) -> Pairer:
     A turn whose response no codec reads keeps its place (a live call there gets an
     error, not a verdict); a turn whose request cannot be read has no place at all.
     """
+    from flowproof.pairing import Call, Pairer
+
     calls = []
     for turn in cassette.turns:
         if turn.abandoned:

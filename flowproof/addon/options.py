@@ -14,13 +14,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from flowproof.compare import CompareResult
 from flowproof.normalize import PRESETS, Normalizer
 from flowproof.spec import FlowSpec, VolatileRule, load_spec, resolve_variables
 from flowproof.wire import normalize_host
+
+if TYPE_CHECKING:  # the compare engine loads only in compare mode (docs/hotpath.md)
+    from flowproof.compare import CompareResult
 
 __all__ = [
     "MODES",

@@ -13,6 +13,7 @@ import json
 
 from mitmproxy import http
 
+from flowproof.addon.eventlog import spliceable_json
 from flowproof.addon.hold import HOLD_HEADER, Held, HoldServer
 from flowproof.addon.shared import JSON_HEADERS, Shared, elapsed_ms, log, refuse_unhandled
 from flowproof.cassette import RecordedResponse, RecordedTurn
@@ -86,9 +87,14 @@ class Replay:
                 # goes there too, never to the real host with their key.
                 shared.map_upstream(flow.request)
             return
-        prepared = shared.prepare(flow, codec)
+        # Every way out of this hook writes a flushed line (turn, divergence, or the
+        # error of Replay.request), so request_started shares its write.
+        prepared = shared.prepare(flow, codec, flush=False)
         assert shared.replayer is not None  # configure builds it for replay
-        decision = shared.replayer.decide(codec.name, prepared.sha256, prepared.body, prepared.path_fields)
+        # The body is parsed only if it matches nothing (to explain the miss).
+        decision = shared.replayer.decide(
+            codec.name, prepared.sha256, lambda: prepared.body, prepared.path_fields
+        )
         if isinstance(decision, Miss):
             divergence = decision.divergence
             text = divergence.render(shared.record_command())
@@ -114,9 +120,16 @@ class Replay:
             )
             return
         turn = decision.turn
+        # The request hashed to the recorded body's sha256, so its bytes are that body's JSON:
+        # the turn line carries them instead of serializing the body again (EventLog).
+        request_json = (
+            spliceable_json(prepared.normalized) if isinstance(turn.request.body, dict | list) else None
+        )
         if turn.abandoned:
             self._hold(flow, turn)
-            shared.events.write(TurnEvent(flow.id, "replay", turn, elapsed_ms(flow)))
+            shared.events.write(
+                TurnEvent(flow.id, "replay", turn, elapsed_ms(flow)), request_json=request_json
+            )
             log.info("turn_replayed_abandoned", flow_id=flow.id, provider=codec.name, turn=turn.index)
             return
         recorded = turn.response
@@ -124,7 +137,7 @@ class Replay:
         content = shared.config.normalizer.restore(recorded.content())
         flow.response = http.Response.make(recorded.status, content, replay_headers(recorded))
         ms = elapsed_ms(flow)
-        shared.events.write(TurnEvent(flow.id, "replay", turn, ms))
+        shared.events.write(TurnEvent(flow.id, "replay", turn, ms), request_json=request_json)
         log.info("turn_replayed", flow_id=flow.id, provider=codec.name, turn=turn.index, ms=ms)
 
     def _hold(self, flow: http.HTTPFlow, turn: RecordedTurn) -> None:

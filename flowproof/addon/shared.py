@@ -116,9 +116,10 @@ class Shared:
             return None
         return Detected(detect(req.method, host, path, extra), model_host)
 
-    def prepare(self, flow: http.HTTPFlow, codec: Codec) -> PreparedRequest:
+    def prepare(self, flow: http.HTTPFlow, codec: Codec, *, flush: bool = True) -> PreparedRequest:
         """The model call's hash path (`prepare_request`); the forwarded body replaces the
-        request's when tool results were substituted. Logs ``request_started``."""
+        request's when tool results were substituted. Logs ``request_started`` (unflushed with
+        ``flush=False``: replay writes the call's outcome in the same hook, `EventLog`)."""
         req = flow.request
         raw = content_of(req)
         prepared = prepare_request(
@@ -131,7 +132,7 @@ class Shared:
             )
         elif prepared.forwarded != raw:
             req.content = prepared.forwarded
-        self.events.write(RequestStartedEvent(flow.id))
+        self.events.write(RequestStartedEvent(flow.id), flush=flush)
         return prepared
 
     def map_upstream(self, req: http.Request) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 
 import flowproof
 from flowproof.errors import ProxyError
+from flowproof.runner.eventtail import EventTail
 
 #: Bounded capture of mitmdump's stderr, for the error message when it dies.
 _STDERR_TAIL = 4000
@@ -200,6 +201,7 @@ class RunningProxy:
     _stderr_path: Path
     _scratch: tempfile.TemporaryDirectory[str] | None = None
     _stopped: bool = field(default=False)
+    _tail: EventTail | None = None
 
     @property
     def url(self) -> str:
@@ -212,8 +214,10 @@ class RunningProxy:
         return {h: f"http://127.0.0.1:{p}" for h, p in self.reverse_ports.items()}
 
     def events(self) -> list[dict[str, Any]]:
-        """Every complete event written to the log so far."""
-        return read_events(self.settings.report)
+        """Every complete event written to the log so far (each line parsed once: `EventTail`)."""
+        if self._tail is None:
+            self._tail = EventTail(self.settings.report)
+        return self._tail.read()
 
     def is_alive(self) -> bool:
         """True while mitmdump is running."""

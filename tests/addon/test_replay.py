@@ -167,6 +167,31 @@ class TestReplayEdges:
         assert f.response is not None and f.response.status_code == 400
         assert json.loads(f.response.content or b"") == {"error": {"message": "no low surrogate: \ud83d"}}
 
+    @pytest.mark.parametrize(
+        "body",
+        [
+            chat_body(),
+            json.dumps(json.loads(chat_body()), indent=2).encode(),  # line breaks: serialized again
+            CUT_EMOJI_BODY,  # a lone surrogate escape, kept as sent
+            json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "Zürich 東京 \\n"}]},
+                       ensure_ascii=False).encode(),
+        ],
+        ids=["compact", "pretty", "lone-surrogate", "non-ascii"],
+    )
+    def test_turn_event_carries_the_recorded_request_body(self, harness: Harness, body: bytes):
+        """The turn line's request body (written from the bytes the agent sent, which hash to the
+        recorded body) reads back as the recorded body, whatever the body's form."""
+        path = write_cassette(harness.tmp / "c.json", chat_turn(0, body, "Booked."))
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
+        harness.addon.request(model_flow(body))
+        (event,) = harness.events("turn")
+        assert event["turn"]["request"]["body"] == json.loads(body)
+        assert event["turn"]["request"]["body_sha256"] == chat_turn(0, body, "x").request.body_sha256
+        lines = (harness.tmp / "events.jsonl").read_text(encoding="utf-8").splitlines()
+        assert [json.loads(x)["event"] for x in lines][-2:] == ["request_started", "turn"]
+        # A one-line body is written as sent (the compact one proves it: json.dumps would space it).
+        assert (body.decode("utf-8") in lines[-1]) == (b"\n" not in body)
+
     def test_gzip_request_matches_a_plain_recording(self, harness: Harness):
         """A gzip-encoded request matches the turn recorded from the same body sent plain."""
         path = write_cassette(harness.tmp / "c.json", chat_turn(0, chat_body(), "hi"))
