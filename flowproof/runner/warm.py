@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from flowproof.errors import ProxyError
+from flowproof.runner.eventtail import EventTail
 from flowproof.runner.proxy import (
     ProxySettings,
     _die_with_parent,
@@ -132,6 +133,7 @@ class WarmSession:
     proxy: WarmProxy
     _sock: socket.socket
     _stopped: bool = field(default=False)
+    _tail: EventTail | None = None
 
     @property
     def url(self) -> str:
@@ -144,8 +146,10 @@ class WarmSession:
         return {h: f"http://127.0.0.1:{p}" for h, p in self.reverse_ports.items()}
 
     def events(self) -> list[dict[str, Any]]:
-        """Every complete event of this flow's log so far."""
-        return read_events(self.settings.report)
+        """Every complete event of this flow's log so far (each line parsed once: `EventTail`)."""
+        if self._tail is None:
+            self._tail = EventTail(self.settings.report)
+        return self._tail.read()
 
     def is_alive(self) -> bool:
         """True while the proxy runs and the session is open."""
