@@ -62,26 +62,33 @@ def divergence(tmp: Path, profiler: Profiler) -> None:
 
 
 def imports() -> None:
-    """python -X importtime of what the mitmdump process imports: mitmproxy's tools and the addon."""
-    code = "import mitmproxy.tools.main, mitmproxy.tools.dump; import flowproof.addon"
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
-                          check=True, timeout=120)
-    rows = []
-    for line in done.stderr.splitlines():
-        if not line.startswith("import time:") or "|" not in line or "cumulative" in line:
-            continue
-        self_us, cumulative, name = line.replace("import time:", "").split("|")
-        rows.append((int(cumulative), int(self_us), name.rstrip()[1:]))  # nested imports keep their indent
-    print(f"{'cumulative ms':>14s} {'self ms':>8s}  module (indent: imported by the one above it)")
-    # importtime lists children before their parent; the 30 biggest, by cumulative time.
-    for cumulative, self_us, name in sorted(rows, key=lambda r: -r[0])[:30]:
-        print(f"{cumulative / 1000:14.1f} {self_us / 1000:8.1f}  {name}")
+    """python -X importtime of each process's imports: mitmdump with the addon, and flowproof-run."""
+    for title, code in (
+        ("the mitmdump process: mitmproxy's tools, then the addon",
+         "import mitmproxy.tools.main, mitmproxy.tools.dump; import flowproof.addon"),
+        ("the flowproof-run process", "import flowproof.runner.cli"),
+    ):
+        done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
+                              check=True, timeout=120)
+        rows = []
+        for line in done.stderr.splitlines():
+            if not line.startswith("import time:") or "cumulative" in line:
+                continue
+            self_us, cumulative, name = line.replace("import time:", "").split("|")
+            rows.append((int(cumulative), int(self_us), name.rstrip()[1:]))  # nested imports keep their indent
+        print(f"{title}: {sum(r[1] for r in rows) / 1000:.0f} ms in all")
+        print(f"{'cumulative ms':>14s} {'self ms':>8s}  module (indented: imported by a module above)")
+        # importtime lists children before their parent; the biggest, by cumulative time.
+        for cumulative, self_us, name in sorted(rows, key=lambda r: -r[0])[:25]:
+            print(f"{cumulative / 1000:14.1f} {self_us / 1000:8.1f}  {name}")
+        print()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=("replay", "load", "divergence", "imports"))
     parser.add_argument("--flat", action="store_true", help="functions by own time instead of the call tree")
+    parser.add_argument("--all", action="store_true", help="show library frames too (mitmproxy, json)")
     args = parser.parse_args()
     if args.what == "imports":
         imports()
@@ -89,7 +96,7 @@ def main() -> int:
     profiler = Profiler(interval=0.0005)
     with tempfile.TemporaryDirectory(prefix="flowproof-profile-") as d:
         {"replay": replay, "load": load, "divergence": divergence}[args.what](Path(d), profiler)
-    print(profiler.output_text(flat=args.flat, show_all=False))
+    print(profiler.output_text(flat=args.flat, show_all=args.all))
     return 0
 
 
