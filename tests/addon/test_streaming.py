@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(120)
 
 URL = "https://api.openai.com/v1/chat/completions"
 CHAT = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "Say six words."}]}
-#: Eight events 0.4 s apart: the last one leaves the server ~3 s after the first.
+#: Nine events (role, six words, finish, [DONE]) 0.4 s apart: the last leaves the server 3.2 s after the first.
 SLOW = Reply.text("one two three four five six", chunk_delay=0.4)
 
 
