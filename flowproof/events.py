@@ -58,6 +58,14 @@ def _id(obj: Mapping[str, Any]) -> str | None:
     return None if value is None else str(value)
 
 
+def _ms(obj: Mapping[str, Any]) -> float | None:
+    """A duration field: a number, else None (an older addon wrote none)."""
+    value = obj.get("ms")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
 @dataclass(frozen=True, slots=True)
 class Listener:
     """One address the proxy listens on; ``mode`` is mitmproxy's full mode spec."""
@@ -118,20 +126,28 @@ class TurnEvent:
     id: str
     mode: str
     turn: RecordedTurn
+    #: Milliseconds from the request's arrival at the proxy to this event (None: not measured).
+    ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "event": self.NAME,
             "id": self.id,
             "mode": self.mode,
             "turn": turn_to_json(self.turn),
         }
+        if self.ms is not None:
+            out["ms"] = self.ms
+        return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TurnEvent:
         """Raises `CassetteError` when ``turn`` is not a cassette turn."""
         return cls(
-            _text(obj, "id"), _text(obj, "mode"), turn_from_json(obj.get("turn"), EVENT_LOG_SOURCE)
+            _text(obj, "id"),
+            _text(obj, "mode"),
+            turn_from_json(obj.get("turn"), EVENT_LOG_SOURCE),
+            _ms(obj),
         )
 
 
@@ -143,20 +159,35 @@ class DivergenceEvent:
     id: str
     text: str
     divergence: Mapping[str, Any] = field(default_factory=dict)
+    #: The call's wire codec and model, and milliseconds from its arrival to this event.
+    provider: str | None = None
+    model: str | None = None
+    ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "event": self.NAME,
             "id": self.id,
             "text": self.text,
             "divergence": dict(self.divergence),
         }
+        for key in ("provider", "model", "ms"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> DivergenceEvent:
         divergence = obj.get("divergence")
+        provider, model = obj.get("provider"), obj.get("model")
         return cls(
-            _text(obj, "id"), _text(obj), divergence if isinstance(divergence, Mapping) else {}
+            _text(obj, "id"),
+            _text(obj),
+            divergence if isinstance(divergence, Mapping) else {},
+            None if provider is None else str(provider),
+            None if model is None else str(model),
+            _ms(obj),
         )
 
 

@@ -38,7 +38,9 @@ EVENTS = [
     ),
     RequestStartedEvent("f1"),
     TurnEvent("f1", "replay", TURN),
+    TurnEvent("f1", "replay", TURN, 2.5),
     DivergenceEvent("f2", "unmatched", {"kind": "unmatched", "closest_index": 1}),
+    DivergenceEvent("f2", "unmatched", {"kind": "unmatched"}, "anthropic", "claude-haiku-4-5", 0.7),
     DriftEvent("f3", "text: a -> b", {"equal": False}),
     DriftEvent("f4", "no match", None, {"kind": "unmatched"}),
     DriftEvent("f8", "the compare handler rejected turn 0", {"equal": True}, handled=True),
@@ -69,6 +71,14 @@ class TestRoundTrip:
         assert ComparedEvent("x", {}).to_json() == {"event": "compared", "id": "x", "result": {}}
         assert DoneEvent().to_json() == {"event": "done", "unconsumed": [], "text": ""}
         assert TurnEvent("x", "record", TURN).to_json()["turn"]["provider"] == "openai-chat"
+        # The duration and the miss's provider and model are written only when known.
+        assert "ms" not in TurnEvent("x", "record", TURN).to_json()
+        assert TurnEvent("x", "record", TURN, 3.0).to_json()["ms"] == 3.0
+        assert DivergenceEvent("x", "t").to_json() == {"event": "divergence", "id": "x", "text": "t", "divergence": {}}
+        assert DivergenceEvent("x", "t", {}, "gemini", "gemini-2.5-flash", 1.5).to_json() == {
+            "event": "divergence", "id": "x", "text": "t", "divergence": {},
+            "provider": "gemini", "model": "gemini-2.5-flash", "ms": 1.5,
+        }
 
 
 class TestLenientReading:
@@ -83,6 +93,13 @@ class TestLenientReading:
             (1, 4), ""
         )
         assert parse_event({"event": "divergence", "id": "a"}) == DivergenceEvent("a", "", {})
+
+    def test_a_duration_that_is_not_a_number_is_dropped(self):
+        """An ``ms`` that is not a number (or a bool) reads as not measured, never as an error."""
+        line = TurnEvent("x", "replay", TURN).to_json()
+        for junk in ("12", True, None, [1]):
+            assert parse_event({**line, "ms": junk}) == TurnEvent("x", "replay", TURN)
+        assert parse_event({**line, "ms": 4}).ms == 4.0
 
     def test_a_broken_turn_is_a_cassette_error(self):
         """A turn event whose turn is not a cassette turn names the event log and the field."""

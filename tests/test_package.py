@@ -37,6 +37,7 @@ PURE_CORE = (
     "flowproof.commands",
     "flowproof.mcp",
     "flowproof.guard",
+    "flowproof.report_html",
 )
 
 

@@ -14,7 +14,16 @@ from flowproof.cassette import (
     RecordedTurn,
     save_cassette,
 )
-from flowproof.redact import ALLOWED_HEADERS, filter_headers, redact_url
+from flowproof.redact import (
+    ALLOWED_HEADERS,
+    REDACTED,
+    filter_headers,
+    is_secret_name,
+    redact_fields,
+    redact_text,
+    redact_url,
+    secret_values,
+)
 from flowproof.request_key import body_sha256
 
 
@@ -122,3 +131,58 @@ class TestRedaction:
         assert "SECRET" not in text
         for value in SECRETS.values():
             assert value not in text
+
+
+class TestLogRedaction:
+    """What `flowproof.log` applies to every event before it is rendered."""
+
+    @pytest.mark.parametrize(
+        "name",
+        ["Authorization", "proxy-authorization", "Cookie", "x-api-key", "x-goog-api-key", "api_key",
+         "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD",
+         "client_secret"],
+    )
+    def test_credential_names(self, name: str) -> None:
+        assert is_secret_name(name)
+
+    @pytest.mark.parametrize("name", ["model", "provider", "turn", "ms", "outcome", "HOME", "PATH", "flow"])
+    def test_ordinary_names(self, name: str) -> None:
+        assert not is_secret_name(name)
+
+    def test_secret_values_are_the_long_values_of_credential_variables(self) -> None:
+        env = {"OPENAI_API_KEY": "sk-live-abcdef", "X_TOKEN": "short", "PATH": "/usr/bin:/bin-long"}
+        assert secret_values(env) == frozenset({"sk-live-abcdef"})
+
+    def test_text_loses_secret_values_auth_credentials_and_url_keys(self) -> None:
+        text = redact_text(
+            "call to https://user:pw@g.example/v1/m:gen?alt=sse&key=K1 failed (Bearer tok-123456789); "
+            "env had sk-live-abcdef and sk-live-abcdef-longer",
+            ["sk-live-abcdef", "sk-live-abcdef-longer"],
+        )
+        for secret in ("K1", "tok-123456789", "sk-live-abcdef", "user:pw"):
+            assert secret not in text
+        assert "https://g.example/v1/m:gen?alt=sse" in text
+        assert text.count(REDACTED) == 3  # the Bearer credential and both env values, each whole
+
+    def test_an_unparseable_url_is_masked_whole(self) -> None:
+        assert redact_text("see http://[bad/x?key=K1") == f"see {REDACTED}"
+
+    def test_fields_mask_by_name_filter_headers_and_recurse(self) -> None:
+        fields = {
+            "event": "model_call",
+            "x-api-key": "K2",
+            "headers": {"Authorization": "Bearer K3", "Content-Type": "application/json"},
+            "calls": [{"url": "https://h.example/p?token=K4"}, ("Bearer K5-long-enough",)],
+            "turn": 3,
+            "ms": 1.5,
+        }
+        out = redact_fields(fields)
+        assert out == {
+            "event": "model_call",
+            "x-api-key": REDACTED,
+            "headers": {"content-type": "application/json"},
+            "calls": [{"url": "https://h.example/p"}, [f"Bearer {REDACTED}"]],
+            "turn": 3,
+            "ms": 1.5,
+        }
+        assert fields["x-api-key"] == "K2"  # a copy: the caller's dict is untouched

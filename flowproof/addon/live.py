@@ -16,7 +16,7 @@ from __future__ import annotations
 from mitmproxy import http
 from mitmproxy.connection import ConnectionState
 
-from flowproof.addon.shared import Shared, content_of, log, refuse_unhandled
+from flowproof.addon.shared import Shared, content_of, elapsed_ms, log, refuse_unhandled
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.errors import FlowproofError
 from flowproof.events import ErrorEvent, TurnEvent
@@ -149,7 +149,7 @@ class LiveCalls:
         turn = call.turn(self.completed, recorded)
         self.completed += 1
         # Compare logs the live turn too: the runner checks the spec against the live trajectory.
-        self.shared.events.write(TurnEvent(flow.id, self.mode, turn))
+        self.shared.events.write(TurnEvent(flow.id, self.mode, turn, elapsed_ms(flow)))
         self.on_turn(flow.id, turn)
 
     def _recorded_response(self, response: http.Response, call: PendingCall) -> RecordedResponse:
@@ -169,7 +169,7 @@ class LiveCalls:
         if call.complete or client_left(flow):
             # After the terminal event nothing is lost, whoever closed; before it, the client
             # abandoned the call: both are recorded, neither fails the run by itself.
-            self._left(flow.id, call)
+            self._left(flow.id, call, elapsed_ms(flow))
             return
         reason = flow.error.msg if flow.error is not None else "unknown error"
         text = f"the model call to {call.request.url} failed before it completed: {reason}"
@@ -186,10 +186,10 @@ class LiveCalls:
             self.calls.pop(flow_id, None)
             self._left(flow_id, call)
 
-    def _left(self, flow_id: str, call: PendingCall) -> None:
+    def _left(self, flow_id: str, call: PendingCall, ms: float | None = None) -> None:
         turn = call.left_turn(self.completed, self.shared.config.normalizer)
         self.completed += 1
-        self.shared.events.write(TurnEvent(flow_id, self.mode, turn))
+        self.shared.events.write(TurnEvent(flow_id, self.mode, turn, ms))
         if turn.abandoned:
             self.on_abandoned(flow_id, turn)
         else:

@@ -14,10 +14,12 @@ import json
 from mitmproxy import http
 
 from flowproof.addon.hold import HOLD_HEADER, Held, HoldServer
-from flowproof.addon.shared import JSON_HEADERS, Shared, log, refuse_unhandled
+from flowproof.addon.shared import JSON_HEADERS, Shared, elapsed_ms, log, refuse_unhandled
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.events import DivergenceEvent, TurnEvent
-from flowproof.replay import Miss
+from flowproof.replay import Miss, codec_view
+from flowproof.request_key import PreparedRequest
+from flowproof.wire import Codec, with_path_fields
 
 __all__ = ["Replay", "replay_headers"]
 
@@ -34,6 +36,14 @@ def replay_headers(recorded: RecordedResponse) -> dict[str, str]:
             else "text/plain"
         )
     return headers
+
+
+def _model(codec: Codec, prepared: PreparedRequest) -> str | None:
+    """The model an unmatched call asked for (the miss path only: it parses the body again)."""
+    view = codec_view(codec.name, prepared.body)
+    if view is None:
+        return prepared.path_fields.get("model")
+    return with_path_fields(view, prepared.path_fields).model
 
 
 class Replay:
@@ -88,27 +98,34 @@ class Replay:
                 f"flowproof replay diverged: {divergence.summary()}. The full report is in {where}."
             )
             flow.response = http.Response.make(400, codec.error_body(400, message), JSON_HEADERS)
-            shared.events.write(DivergenceEvent(flow.id, text, divergence.to_json()))
+            ms = elapsed_ms(flow)
+            model = _model(codec, prepared)
+            shared.events.write(
+                DivergenceEvent(flow.id, text, divergence.to_json(), codec.name, model, ms)
+            )
             log.warning(
                 "request_unmatched",
                 flow_id=flow.id,
                 provider=codec.name,
+                model=model,
                 kind=divergence.kind,
                 closest=divergence.closest_index,
+                ms=ms,
             )
             return
         turn = decision.turn
         if turn.abandoned:
             self._hold(flow, turn)
-            shared.events.write(TurnEvent(flow.id, "replay", turn))
+            shared.events.write(TurnEvent(flow.id, "replay", turn, elapsed_ms(flow)))
             log.info("turn_replayed_abandoned", flow_id=flow.id, provider=codec.name, turn=turn.index)
             return
         recorded = turn.response
         assert recorded is not None  # only an abandoned turn may lack a response
         content = shared.config.normalizer.restore(recorded.content())
         flow.response = http.Response.make(recorded.status, content, replay_headers(recorded))
-        shared.events.write(TurnEvent(flow.id, "replay", turn))
-        log.info("turn_replayed", flow_id=flow.id, provider=codec.name, turn=turn.index)
+        ms = elapsed_ms(flow)
+        shared.events.write(TurnEvent(flow.id, "replay", turn, ms))
+        log.info("turn_replayed", flow_id=flow.id, provider=codec.name, turn=turn.index, ms=ms)
 
     def _hold(self, flow: http.HTTPFlow, turn: RecordedTurn) -> None:
         """Route ``flow`` to the hold server, which sends what the client got at record and holds."""

@@ -8,16 +8,16 @@ built by the root addon (`addon.core.Flowproof`) from the options.
 from __future__ import annotations
 
 import json
-import logging
+import time
 from dataclasses import dataclass
 
-import structlog
 from mitmproxy import http
 
 from flowproof.addon.eventlog import EventLog
 from flowproof.addon.options import AddonConfig
 from flowproof.commands import addon_record_command, record_command
 from flowproof.events import DoneEvent, ErrorEvent, RequestStartedEvent
+from flowproof.log import addon_logger
 from flowproof.redact import redact_url
 from flowproof.mcp import McpExchange
 from flowproof.replay import Replayer
@@ -30,17 +30,14 @@ __all__ = [
     "Shared",
     "config_record_command",
     "content_of",
+    "elapsed_ms",
     "log",
     "refuse_unhandled",
 ]
 
 # structlog bound to a stdlib logger, so events reach mitmproxy's log handlers
-# without touching the process-wide structlog configuration.
-log = structlog.wrap_logger(
-    logging.getLogger("flowproof.addon"),
-    wrapper_class=structlog.stdlib.BoundLogger,
-    processors=[structlog.processors.KeyValueRenderer(key_order=["event"], drop_missing=True)],
-)
+# without touching the process-wide structlog configuration (credentials masked).
+log = addon_logger()
 
 JSON_HEADERS = {"content-type": "application/json"}
 
@@ -51,6 +48,12 @@ def content_of(message: http.Message) -> bytes:
         return message.content or b""
     except ValueError:
         return message.raw_content or b""
+
+
+def elapsed_ms(flow: http.HTTPFlow) -> float:
+    """Milliseconds since the request's first byte reached the proxy (one clock read: cheap
+    enough for every call). Replay: until the answer is chosen; live: until the turn is known."""
+    return round((time.time() - flow.request.timestamp_start) * 1000, 1)
 
 
 def _is_websocket_upgrade(request: http.Request) -> bool:

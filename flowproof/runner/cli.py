@@ -24,6 +24,7 @@ from flowproof.cassette import load_cassette
 from flowproof.cassette_check import check_cassette, error_turns
 from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, SpecError
 from flowproof.heal import diff_cassettes
+from flowproof.log import configure as configure_logging
 from flowproof.runner.collect import collect_specs
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
 from flowproof.runner.flags import (
@@ -35,6 +36,8 @@ from flowproof.runner.flags import (
     redact_url,
 )
 from flowproof.runner.flow import REVERSE_HOSTS, STAGED, Cancel, RunOptions, run_flow
+from flowproof.runner.html import write_html
+from flowproof.runner.progress import Progress, status_line_enabled
 from flowproof.runner.report import render_json, render_text, show_cassette, worst_exit, write_junit
 from flowproof.spec import load_spec, unresolved_problems
 
@@ -199,11 +202,14 @@ _RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Agent wall-clock timeout in seconds (overrides the spec).")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON report.")
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), help="Also write a self-contained HTML report of the run here (docs/report.md).")
 @click.option("-j", "jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Flows to run in parallel.")
 @click.option("--shard", metavar="I/N", help="Run only shard I of N (1-based, by sorted spec path).")
 @click.option("--compare-handler", metavar="MODULE:FUNC", help="Receive each compare result instead of failing on drift.")
 @click.option("--allow-error-turns", is_flag=True, help="With --record: keep a recording whose turns hold an HTTP error status (the flow tests error handling).")
-@click.option("-v", "--verbose", is_flag=True, help="Show every step, the agent output and timings.")
+@click.option("-v", "--verbose", count=True, help="Show every step, the agent output and timings, and log each intercepted call (-vv: every proxy event).")
+@click.option("-q", "--quiet", is_flag=True, help="Log errors only, and draw no status line.")
+@click.option("--log-json", is_flag=True, help="Log one JSON object a line (on stderr) instead of readable lines.")
 @_edge
 def run_command(
     specs: tuple[Path, ...],
@@ -215,13 +221,19 @@ def run_command(
     timeout: float | None,
     as_json: bool,
     junit: Path | None,
+    html_path: Path | None,
     jobs: int,
     shard: str | None,
     compare_handler: str | None,
     allow_error_turns: bool,
-    verbose: bool,
+    verbose: int,
+    quiet: bool,
+    log_json: bool,
 ) -> None:
     """Run flow SPECs against their agents: replay (default), --record or --compare."""
+
+    verbosity = -1 if quiet else verbose
+    configure_logging(verbosity, json_lines=log_json)
 
     if cassette is not None and len(specs) > 1:
         raise FlowproofError("--cassette names one cassette, so it takes exactly one spec")
@@ -240,6 +252,9 @@ def run_command(
     if mode == "record" and len(selected) > 1:
         check_one_writer(_cassettes_of(selected))
     cancel = Cancel()
+    status = status_line_enabled(sys.stdout, json_report=as_json, quiet=quiet, environ=os.environ)
+    progress = (Progress(total=len(selected), verbosity=verbosity, status=status, cancelled=cancel.is_set)
+                if status or verbosity > 0 else None)
     options = RunOptions(
         mode=mode,
         cassette=cassette,
@@ -250,6 +265,7 @@ def run_command(
         compare_handler=compare_handler,
         cancel=cancel,
         allow_error_turns=allow_error_turns,
+        progress=progress,
     )
     results = []
     if selected:
@@ -261,6 +277,8 @@ def run_command(
             results = _run_flows(selected, options, jobs, cancel, run_flow)
         finally:
             restore()
+            if progress is not None:
+                progress.close()  # the status line is wiped before the report
     code = worst_exit(results)
     if cancel.is_set():
         # A flow that finished before the signal does not hide it: the run was interrupted.
@@ -268,7 +286,7 @@ def run_command(
     if as_json:
         click.echo(render_json(results))
     elif selected:
-        click.echo(render_text(results, verbose=verbose))
+        click.echo(render_text(results, verbose=verbose > 0))
     else:
         click.echo(f"shard {shard} has no specs; nothing to run")
     if junit is not None:
@@ -278,6 +296,16 @@ def run_command(
             click.echo(
                 f"flowproof: cannot write the JUnit report to {junit} ({e.strerror or e}) — "
                 "choose a writable --junit path",
+                err=True,
+            )
+            code = max(code, EXIT_USAGE)
+    if html_path is not None:
+        try:
+            write_html(results, html_path)
+        except OSError as e:
+            click.echo(
+                f"flowproof: cannot write the HTML report to {html_path} ({e.strerror or e}) — "
+                "choose a writable --html path",
                 err=True,
             )
             code = max(code, EXIT_USAGE)

@@ -36,7 +36,7 @@ from flowproof.errors import (
 )
 from flowproof.events import Event, McpRejectedEvent, TurnEvent, parse_events
 from flowproof.model import Turn
-from flowproof.runner.agents import AgentRun, run_command_agent, run_url_agent
+from flowproof.runner.agents import AgentRun, EventSource, run_command_agent, run_url_agent
 from flowproof.runner.env import (
     CAFiles,
     agent_env,
@@ -52,6 +52,7 @@ from flowproof.runner.mcp import (
     proxy_args,
     replay_environ,
 )
+from flowproof.runner.progress import Progress
 from flowproof.runner.proxy import (
     ProxySettings,
     RunningProxy,
@@ -112,6 +113,8 @@ class RunOptions:
     cancel: Cancel | None = None
     #: Keep a recording whose turns hold an HTTP error status (the flow tests error handling).
     allow_error_turns: bool = False
+    #: The per-call log lines and the status line (`runner.progress`); None: neither.
+    progress: Progress | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +238,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
     handler = options.compare_handler or spec.on_compare
     upstream = tuple(options.upstream)
     cancel = options.cancel
+    watch = options.progress.watch(spec_path, spec.name, prompts) if options.progress else None
     try:
         with tempfile.TemporaryDirectory(prefix=scratch_prefix("run")) as scratch:
             settings = ProxySettings(
@@ -266,10 +270,14 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 run = _drive(
                     proxy, spec.agent, prompts, agent_environ, ca, placeholders, model_hosts, timeout,
                     cancelled=cancel.is_set if cancel is not None else None,
+                    events=watch.source(proxy.events) if watch is not None else None,
                 )
             finally:
                 proxy.stop()
-            events = parse_events(proxy.events())
+            raw_events = proxy.events()
+            if watch is not None:
+                watch.feed(raw_events)  # what arrived after the agent's last poll
+            events = parse_events(raw_events)
         if cancel is not None and cancel.is_set():
             raise Interrupted(cancel.signum)
         return _verdict(
@@ -294,6 +302,8 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             staging.discard()
             STAGED.discard(staging.path)
         held.close()
+        if watch is not None:
+            watch.finish()
 
 
 def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: bool) -> Cassette:
@@ -323,9 +333,11 @@ def _drive(
     model_hosts: Sequence[str],
     timeout: float,
     cancelled: Callable[[], bool] | None = None,
+    events: EventSource | None = None,
 ) -> AgentRun:
+    events = events or proxy.events
     if agent.url:
-        return run_url_agent(agent.url, prompts=prompts, timeout=timeout, events=proxy.events)
+        return run_url_agent(agent.url, prompts=prompts, timeout=timeout, events=events)
     base = dict(environ)
     if prompts:
         base["FLOWPROOF_PROMPT"] = prompts[0]
@@ -351,7 +363,7 @@ def _drive(
         env=env,
         cwd=agent.cwd,
         timeout=timeout,
-        events=proxy.events,
+        events=events,
         cancelled=cancelled,
     )
 

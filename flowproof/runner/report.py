@@ -297,14 +297,19 @@ def result_json(result: FlowResult) -> dict[str, Any]:
     }
 
 
-def render_json(results: Sequence[FlowResult]) -> str:
-    """The whole run as one JSON document."""
-    doc = {
+def render_json_doc(results: Sequence[FlowResult]) -> dict[str, Any]:
+    """The whole run as the data `render_json` prints (the HTML report reads it too)."""
+    return {
         "exit_code": worst_exit(results),
         "passed": sum(1 for r in results if r.passed),
         "failed": sum(1 for r in results if not r.passed),
         "flows": [result_json(r) for r in results],
     }
+
+
+def render_json(results: Sequence[FlowResult]) -> str:
+    """The whole run as one JSON document."""
+    doc = render_json_doc(results)
     # Valid JSON whatever the flows carried: a lone surrogate would make the text unencodable.
     return _utf8_safe(json.dumps(doc, indent=2, ensure_ascii=False))
 

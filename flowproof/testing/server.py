@@ -211,6 +211,9 @@ class _HTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False
+    # socketserver's default backlog of 5 drops SYNs when a hundred calls arrive at once;
+    # a live provider never does, and a dropped SYN costs a one-second retransmit.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], fake: FakeModelServer) -> None:
         self.fake = fake

@@ -1,0 +1,216 @@
+"""Logging through structlog: one configuration for the runner, one logger shape for the addon.
+
+The runner calls `configure` once per command: human-readable lines by default
+(structlog's console renderer), one JSON object a line with ``--log-json``, on
+stderr, so stdout keeps only the report. The level comes from ``-v``/``-q``
+(`level_for`): warnings by default, ``-v`` adds the per-call lines (info),
+``-vv`` every proxy event (debug), ``-q`` errors only.
+
+The addon runs inside mitmdump, whose handlers sit on the standard library's
+root logger: `addon_logger` hands each event, rendered as ``event key=value …``,
+to a stdlib logger there and never touches the process-wide configuration.
+
+Every event, on both sides, passes `flowproof.redact.redact_fields` before it is
+rendered, so no credential reaches a log line (docs/runner.md, "Logging and
+progress").
+
+A live status line (`flowproof.runner.progress`) and log lines share one
+terminal: `TERMINAL` lets the status line step aside while a log line is
+written, so the two never end up on one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from typing import Any, TextIO
+
+import structlog
+
+from flowproof.redact import redact_fields, secret_values
+
+__all__ = [
+    "TERMINAL",
+    "Terminal",
+    "addon_logger",
+    "configure",
+    "event_first",
+    "flow_prefix",
+    "get_logger",
+    "level_for",
+    "redactor",
+    "render_key_values",
+]
+
+Processor = Callable[[Any, str, MutableMapping[str, Any]], Any]
+
+
+def level_for(verbosity: int) -> int:
+    """The stdlib level of a ``-v`` count (negative: ``-q``).
+
+    >>> [logging.getLevelName(level_for(v)) for v in (-1, 0, 1, 2, 3)]
+    ['ERROR', 'WARNING', 'INFO', 'DEBUG', 'DEBUG']
+    """
+    if verbosity < 0:
+        return logging.ERROR
+    return (logging.WARNING, logging.INFO)[verbosity] if verbosity < 2 else logging.DEBUG
+
+
+def redactor(secrets: Iterable[str] = ()) -> Processor:
+    """The structlog processor that strips credentials from every event (`redact_fields`)."""
+    masked = tuple(secrets)
+
+    def redact(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> Any:
+        return redact_fields(event_dict, masked)
+
+    return redact
+
+
+def render_key_values(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> str:
+    """``event key=value …`` in the fields' order: one line as mitmproxy's log shows it.
+
+    >>> render_key_values(None, "info", {"event": "turn_replayed", "turn": 2, "ms": 1.5})
+    'turn_replayed turn=2 ms=1.5'
+    """
+    fields = dict(event_dict)
+    event = str(fields.pop("event", ""))
+    return " ".join([event, *(f"{key}={value}" for key, value in fields.items())])
+
+
+def event_first(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> Any:
+    """A JSON line starts with what it is: ``event``, ``level``, ``timestamp``, then the fields.
+
+    >>> list(event_first(None, "info", {"turn": 0, "event": "model_call", "level": "info"}))
+    ['event', 'level', 'turn']
+    """
+    head = {key: event_dict[key] for key in ("event", "level", "timestamp") if key in event_dict}
+    return {**head, **{k: v for k, v in event_dict.items() if k not in head}}
+
+
+def flow_prefix(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> Any:
+    """Console lines lead with the flow's name (``-j N`` interleaves flows); JSON keeps a field.
+
+    >>> flow_prefix(None, "info", {"event": "model_call", "flow": "booking", "turn": 0})
+    {'event': '[booking] model_call', 'turn': 0}
+    """
+    flow = event_dict.pop("flow", None)
+    if flow is not None:
+        event_dict["event"] = f"[{flow}] {event_dict.get('event', '')}"
+    return event_dict
+
+
+class Terminal:
+    """The lock log lines and the status line share, and the status line's hooks.
+
+    A status line registers ``clear`` (wipe the line) and ``redraw`` (draw it
+    again); every log line is written between the two, under the lock.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._clear: Callable[[], None] | None = None
+        self._redraw: Callable[[], None] | None = None
+
+    def attach(self, clear: Callable[[], None], redraw: Callable[[], None]) -> None:
+        with self.lock:
+            self._clear, self._redraw = clear, redraw
+
+    def detach(self) -> None:
+        with self.lock:
+            self._clear = self._redraw = None
+
+    def write_line(self, stream: TextIO, line: str) -> None:
+        """Write ``line`` to ``stream`` with the status line out of its way."""
+        with self.lock:
+            if self._clear is not None:
+                self._clear()
+            stream.write(line + "\n")
+            stream.flush()
+            if self._redraw is not None:
+                self._redraw()
+
+
+#: The process's one terminal.
+TERMINAL = Terminal()
+
+
+class _LineLogger:
+    """The structlog output: each rendered line through `TERMINAL`, to a stream read at write
+    time (a test or click may swap ``sys.stderr`` after `configure`)."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self._stream = stream
+
+    def msg(self, message: str) -> None:
+        TERMINAL.write_line(self._stream or sys.stderr, message)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+def configure(
+    verbosity: int = 0,
+    *,
+    json_lines: bool = False,
+    stream: TextIO | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """Configure structlog for this process (the runner): level from ``verbosity``
+    (`level_for`), JSON lines or console lines, to ``stream`` (default: ``sys.stderr``).
+
+    The values of the credential variables in ``environ`` (default ``os.environ``)
+    are masked wherever they appear. Calling it again replaces the configuration.
+    """
+    secrets = secret_values(os.environ if environ is None else environ)
+    processors: list[Processor] = [
+        structlog.processors.add_log_level,
+        redactor(secrets),
+    ]
+    if json_lines:
+        processors += [
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            event_first,
+            structlog.processors.JSONRenderer(sort_keys=False),
+        ]
+    else:
+        out = stream or sys.stderr
+        processors += [
+            flow_prefix,
+            structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
+            structlog.dev.ConsoleRenderer(
+                colors=_is_terminal(out), sort_keys=False, pad_event_to=0, pad_level=False
+            ),
+        ]
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(level_for(verbosity)),
+        logger_factory=lambda *_args: _LineLogger(stream),
+        cache_logger_on_first_use=False,
+    )
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty() and os.environ.get("NO_COLOR", "") == ""
+    except (AttributeError, ValueError):
+        return False
+
+
+def get_logger(**initial: Any) -> Any:
+    """A runner logger (after `configure`), with ``initial`` fields bound to every event."""
+    return structlog.get_logger(**initial)
+
+
+def addon_logger(name: str = "flowproof.addon", environ: Mapping[str, str] | None = None) -> Any:
+    """The addon's logger: structlog over the stdlib logger ``name``, so mitmdump's own log
+    handlers print the events (and its ``termlog_verbosity`` filters them), with the
+    credentials of ``environ`` (default ``os.environ``) masked."""
+    secrets = secret_values(os.environ if environ is None else environ)
+    return structlog.wrap_logger(
+        logging.getLogger(name),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        processors=[redactor(secrets), render_key_values],
+    )
