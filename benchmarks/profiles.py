@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/profiles.py replay      # the replay request hook, 33 KB bodies
     .venv/bin/python benchmarks/profiles.py load        # load_cassette of 10,000 turns
+    .venv/bin/python benchmarks/profiles.py configure   # the replay addon's configure of the same
     .venv/bin/python benchmarks/profiles.py divergence  # explaining a miss against 10,000 turns
     .venv/bin/python benchmarks/profiles.py imports     # what mitmdump + the addon import at start-up
 
@@ -50,6 +51,15 @@ def load(tmp: Path, profiler: Profiler) -> None:
     profiler.stop()
 
 
+def configure(tmp: Path, profiler: Profiler) -> None:
+    """The replay addon's whole configure of a 10,000-turn cassette (load, checks, index)."""
+    path = tmp / "c.json"
+    scale.build(path, scale.spread(scale.hot_bodies(10), 10_000))
+    profiler.start()
+    with scale.replay_addon(path, tmp):
+        profiler.stop()
+
+
 def divergence(tmp: Path, profiler: Profiler) -> None:
     hot = scale.hot_bodies(1)[0]
     changed = hot.replace(b"question 0", b"question X")
@@ -86,7 +96,7 @@ def imports() -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("replay", "load", "divergence", "imports"))
+    parser.add_argument("what", choices=("replay", "load", "configure", "divergence", "imports"))
     parser.add_argument("--flat", action="store_true", help="functions by own time instead of the call tree")
     parser.add_argument("--all", action="store_true", help="show library frames too (mitmproxy, json)")
     args = parser.parse_args()
@@ -95,7 +105,7 @@ def main() -> int:
         return 0
     profiler = Profiler(interval=0.0005)
     with tempfile.TemporaryDirectory(prefix="flowproof-profile-") as d:
-        {"replay": replay, "load": load, "divergence": divergence}[args.what](Path(d), profiler)
+        {"replay": replay, "load": load, "configure": configure, "divergence": divergence}[args.what](Path(d), profiler)
     print(profiler.output_text(flat=args.flat, show_all=args.all))
     return 0
 

@@ -189,10 +189,16 @@ def loading(tmp: Path, big: int, repeats: int) -> dict[str, Any]:
     t0 = clock()
     Replayer(cassette)
     index_s = clock() - t0
+    configure = []
+    for _ in range(max(1, repeats // 2)):
+        with replay_addon(path, tmp) as (_, configured):
+            configure.append(configured())
+    configure_s = statistics.median(configure)
+    # Counted in a separate pass: the profiler's own overhead must not reach the times above.
     profile = cProfile.Profile()
     profile.enable()
-    with replay_addon(path, tmp) as (_, configured):
-        configure_s = configured()
+    with replay_addon(path, tmp):
+        pass
     profile.disable()
     stats = pstats.Stats(profile)
     hashes = sum(v[1] for k, v in stats.stats.items() if "sha256" in k[2])  # type: ignore[attr-defined]
