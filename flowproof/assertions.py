@@ -11,7 +11,10 @@ Semantics (docs/design.md#spec-semantics):
 
 Nothing here raises for a failing assertion: every step yields an
 `AssertionResult`, and a failure's message says what was expected and what the
-trajectory actually held (the nearest call, the actual value at the path).
+trajectory actually held (the nearest call, the actual value at the path). The
+same facts are data too: each failure carries its `Mismatch` values (the
+where-clause path, the matcher, the expected and the actual value), which
+``--json`` and ``--junit`` report as findings.
 """
 
 from __future__ import annotations
@@ -36,29 +39,77 @@ from flowproof.spec.types import (
 )
 from flowproof.trajectory import MCP, Trajectory, boundary_of
 
-__all__ = ["AssertionResult", "check_clause", "describe_assertion", "evaluate"]
+__all__ = ["MISMATCH_KINDS", "AssertionResult", "Mismatch", "check_clause", "describe_assertion", "evaluate"]
 
 # Long values are cut in messages: a reviewer needs the start, not 8000 characters.
 _EXCERPT = 160
 
 
+#: What a `Mismatch` can be about: a where clause's matcher, or the step's own condition.
+MISMATCH_KINDS = (
+    "equals", "contains", "matches", "exists", "is absent",  # a where clause on the nearest call
+    "called",  # assert_tool_call: the tool was never called
+    "order",  # assert_tool_call: the matching call came before the previous assertion's
+    "json",  # the nearest call's arguments are not JSON, so no where clause can match
+    "not called",  # assert_no_tool_call: a call it forbids was made
+    "reply contains",  # the reply does not contain the text (or there is no reply)
+    "strict",  # strict: true: a call no assert_tool_call lists
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """One reason a step failed, as data; the result's message says the same in words.
+
+    ``matcher`` is one of `MISMATCH_KINDS`. ``path`` is the where clause's path
+    (``flight.id``) or None. ``expected`` is the clause's value as the spec wrote it
+    (text; None for ``exists``/``is absent``), the tool name for ``called``, the text for
+    ``reply contains``. ``actual`` is what the trajectory held: the JSON value at the path
+    (None when the path is absent), the tools called in order for ``called``, a call's
+    arguments for ``not called``/``strict``/``json``, the reply (None: no reply).
+    ``tool`` and ``call`` (1-based, in the trajectory's tool calls) name the call concerned.
+    """
+
+    matcher: str
+    path: str | None = None
+    expected: Any = None
+    actual: Any = None
+    tool: str | None = None
+    call: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "matcher": self.matcher,
+            "path": self.path,
+            "expected": self.expected,
+            "actual": self.actual,
+            "tool": self.tool,
+            "call": self.call,
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class AssertionResult:
-    """The verdict on one spec step (``step`` is None for the flow-level ``strict`` check)."""
+    """The verdict on one spec step (``step`` is None for the flow-level ``strict`` check).
+
+    A failure's ``mismatches`` say why as data (empty for a pass)."""
 
     step: Step | None
     passed: bool
     message: str
     location: Location | None
+    mismatches: tuple[Mismatch, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class ClauseCheck:
-    """One where clause applied to one call: passed, and a line saying what was found."""
+    """One where clause applied to one call: passed, a line saying what was found, and the
+    value found at the clause's path (None when it is absent or the arguments are not JSON)."""
 
     clause: Clause
     passed: bool
     detail: str
+    actual: Any = None
 
 
 def evaluate(spec: FlowSpec, trajectory: Trajectory) -> list[AssertionResult]:
@@ -87,8 +138,8 @@ def evaluate(spec: FlowSpec, trajectory: Trajectory) -> list[AssertionResult]:
                 matched.append(pos)
                 next_pos, prev_matched = pos + 1, pos
             else:
-                message = _explain_missing_call(step, calls, next_pos, prev_matched)
-                results.append(AssertionResult(step, False, message, step.location))
+                message, why = _explain_missing_call(step, calls, next_pos, prev_matched)
+                results.append(AssertionResult(step, False, message, step.location, why))
         elif isinstance(step, ToolCallAssertion):
             results.append(_evaluate_no_call(step, calls))
         elif isinstance(step, ReplyAssertion):
@@ -139,12 +190,14 @@ def _explain_missing_call(
     calls: Sequence[ToolCall],
     start: int,
     prev_matched: int | None,
-) -> str:
+) -> tuple[str, tuple[Mismatch, ...]]:
     lines = [f"expected {describe_assertion(step)}"]
+    why: list[Mismatch] = []
     same = [i for i, c in enumerate(calls) if c.name == step.tool]
     if not same:
         lines.append(f"  {step.tool} was never called; {_called_tools(calls)}")
-        return "\n".join(lines)
+        why.append(Mismatch("called", expected=step.tool, actual=[c.name for c in calls], tool=step.tool))
+        return "\n".join(lines), tuple(why)
     after = [i for i in same if i >= start]
     early_matches = [i for i in same if i < start and _call_matches(step, calls[i])]
     if early_matches and prev_matched is not None:
@@ -153,18 +206,21 @@ def _explain_missing_call(
             f" but it comes before {_named_ref(prev_matched, calls)},"
             " which the previous assertion matched"
         )
+        why.append(Mismatch("order", tool=step.tool, call=early_matches[0] + 1))
         if not after:
-            return "\n".join(lines)
+            return "\n".join(lines), tuple(why)
     elif not after and prev_matched is not None:
         lines.append(
             f"  {step.tool} was only called before {_named_ref(prev_matched, calls)},"
             " which the previous assertion matched"
         )
+        why.append(Mismatch("order", tool=step.tool, call=same[-1] + 1))
     pool = after or same
     nearest = min(pool, key=lambda i: (_failures(step, calls[i]), i))
     lines.append(f"  nearest call: {_named_ref(nearest, calls)}")
     lines.extend(_clause_lines(step, calls[nearest]))
-    return "\n".join(lines)
+    why.extend(_clause_mismatches(step, calls[nearest], nearest))
+    return "\n".join(lines), tuple(why)
 
 
 def _failures(step: ToolCallAssertion, call: ToolCall) -> int:
@@ -176,6 +232,23 @@ def _clause_lines(step: ToolCallAssertion, call: ToolCall) -> list[str]:
         raw = _quote(_excerpt(call.arguments_raw))
         return [f"  its arguments were not valid JSON, so no where clause can match: {raw}"]
     return [f"  {chk.detail}" for c in step.clauses if not (chk := check_clause(c, call)).passed]
+
+
+def _clause_mismatches(step: ToolCallAssertion, call: ToolCall, pos: int) -> list[Mismatch]:
+    """The failed where clauses of the call at ``pos`` as data (one, ``json``, when its
+    arguments are not JSON and no clause could be applied)."""
+    if not call.is_json:
+        return [Mismatch("json", actual=call.arguments_raw, tool=call.name, call=pos + 1)]
+    return [
+        Mismatch(c.matcher.value, c.path, c.value, chk.actual, call.name, pos + 1)
+        for c in step.clauses
+        if not (chk := check_clause(c, call)).passed
+    ]
+
+
+def _arguments(call: ToolCall) -> Any:
+    """A call's arguments as data: the parsed JSON, else the raw text."""
+    return call.arguments if call.is_json else call.arguments_raw
 
 
 def _called_tools(calls: Sequence[ToolCall]) -> str:
@@ -203,6 +276,10 @@ def _evaluate_no_call(step: ToolCallAssertion, calls: Sequence[ToolCall]) -> Ass
             message = f"{step.tool} was never called"
         return AssertionResult(step, True, message, step.location)
     lines = [f"expected no call to {what}"]
+    why = tuple(
+        Mismatch("not called", actual=_arguments(calls[i]), tool=calls[i].name, call=i + 1)
+        for i in offending
+    )
     for i in offending:
         args = _excerpt(calls[i].arguments_raw)
         if step.clauses and not calls[i].is_json:
@@ -212,7 +289,7 @@ def _evaluate_no_call(step: ToolCallAssertion, calls: Sequence[ToolCall]) -> Ass
             )
         else:
             lines.append(f"  but {_named_ref(i, calls)} was made with {_args_text(calls[i])}")
-    return AssertionResult(step, False, "\n".join(lines), step.location)
+    return AssertionResult(step, False, "\n".join(lines), step.location, why)
 
 
 # --- reply ------------------------------------------------------------------------------------
@@ -224,11 +301,14 @@ def _evaluate_reply(step: ReplyAssertion, trajectory: Trajectory) -> AssertionRe
     if reply is None:
         reason = trajectory.reply_absent_reason or "no final assistant message"
         message = f"{expected}\n  the agent has not replied ({reason})"
-        return AssertionResult(step, False, message, step.location)
+        return AssertionResult(
+            step, False, message, step.location, (Mismatch("reply contains", expected=step.text),)
+        )
     if step.text in reply:
         return AssertionResult(step, True, f"the reply contains {_quote(step.text)}", step.location)
     shown = "the reply is empty text" if reply == "" else f"the reply is {_quote(_excerpt(reply))}"
-    return AssertionResult(step, False, f"{expected}\n  {shown}", step.location)
+    why = (Mismatch("reply contains", expected=step.text, actual=reply),)
+    return AssertionResult(step, False, f"{expected}\n  {shown}", step.location, why)
 
 
 # --- strict -----------------------------------------------------------------------------------
@@ -246,7 +326,10 @@ def _evaluate_strict(
     lines = ["strict: true forbids tool calls no assert_tool_call lists, but the agent made:"]
     for i in unlisted:
         lines.append(f"  - {_named_ref(i, calls)} with {_args_text(calls[i])}")
-    return AssertionResult(None, False, "\n".join(lines), spec.location)
+    why = tuple(
+        Mismatch("strict", actual=_arguments(calls[i]), tool=calls[i].name, call=i + 1) for i in unlisted
+    )
+    return AssertionResult(None, False, "\n".join(lines), spec.location, why)
 
 
 # --- where clauses ----------------------------------------------------------------------------
@@ -268,12 +351,12 @@ def check_clause(clause: Clause, call: ToolCall) -> ClauseCheck:
     path, matcher, value = clause.path, clause.matcher, clause.value
     if matcher is Matcher.EXISTS:
         if found:
-            return ClauseCheck(clause, True, f"{path} is {_show(actual)}")
+            return ClauseCheck(clause, True, f"{path} is {_show(actual)}", actual)
         return ClauseCheck(clause, False, f"{path} is absent, expected it to exist")
     if matcher is Matcher.ABSENT:
         if not found:
             return ClauseCheck(clause, True, f"{path} is absent")
-        return ClauseCheck(clause, False, f"{path} is {_show(actual)}, expected it to be absent")
+        return ClauseCheck(clause, False, f"{path} is {_show(actual)}, expected it to be absent", actual)
     expected = value if value is not None else ""
     if not found:
         return ClauseCheck(
@@ -281,7 +364,7 @@ def check_clause(clause: Clause, call: ToolCall) -> ClauseCheck:
         )
     if matcher is Matcher.EQUALS:
         ok = _equals(actual, expected)
-        return ClauseCheck(clause, ok, f"{path} is {_show(actual)}, not {_quote(expected)}")
+        return ClauseCheck(clause, ok, f"{path} is {_show(actual)}, not {_quote(expected)}", actual)
     if matcher is Matcher.CONTAINS:
         ok = _contains(actual, expected)
         if isinstance(actual, list):
@@ -290,7 +373,7 @@ def check_clause(clause: Clause, call: ToolCall) -> ClauseCheck:
             detail = f"{path} is {_show(actual)}, which has no key {_quote(expected)}"
         else:
             detail = f"{path} is {_show(actual)}, which does not contain {_quote(expected)}"
-        return ClauseCheck(clause, ok, detail)
+        return ClauseCheck(clause, ok, detail, actual)
     # MATCHES: the pattern was validated when the spec was parsed; compile here only when a
     # ${VAR} kept it from being compiled then, and report a bad one instead of raising.
     pattern = clause.pattern
@@ -298,7 +381,7 @@ def check_clause(clause: Clause, call: ToolCall) -> ClauseCheck:
         try:
             pattern = compile_bounded(expected)
         except ValueError as exc:
-            return ClauseCheck(clause, False, f"{path}: the pattern is invalid: {exc}")
+            return ClauseCheck(clause, False, f"{path}: the pattern is invalid: {exc}", actual)
     text = actual if isinstance(actual, str) else _json_text(actual)
     try:
         ok = pattern.search(text)
@@ -308,9 +391,10 @@ def check_clause(clause: Clause, call: ToolCall) -> ClauseCheck:
             clause, False,
             f"{clause.location}: `{path} matches` gave up: {exc} — the pattern backtracks "
             "catastrophically (nested repeats such as (a+)+ or (a|aa)+); rewrite it",
+            actual,
         )
     return ClauseCheck(
-        clause, ok, f"{path} is {_show(actual)}, which does not match /{pattern.pattern}/"
+        clause, ok, f"{path} is {_show(actual)}, which does not match /{pattern.pattern}/", actual
     )
 
 

@@ -7,8 +7,9 @@ the `Trajectory` with the same matchers and the same failure messages as a spec:
     assert_no_tool_call(trajectory, "issue_refund")
     assert_reply(trajectory, "booked")
 
-A failure raises `AssertionError` whose text is the spec's message (what was
-expected, and what the trajectory held: the nearest call, the value at the path).
+A failure raises `TrajectoryAssertionError` (an `AssertionError`) whose text is the
+spec's message (what was expected, and what the trajectory held: the nearest call,
+the value at the path) and whose ``mismatches`` are the same facts as data.
 A line the spec language cannot parse raises `SpecError`. Pure: no I/O.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flowproof.assertions import AssertionResult, evaluate
+from flowproof.assertions import AssertionResult, Mismatch, evaluate
 from flowproof.cassette import Cassette, turn_views
 from flowproof.spec.clauses import parse_tool_line
 from flowproof.spec.types import (
@@ -29,10 +30,29 @@ from flowproof.spec.types import (
 )
 from flowproof.trajectory import Trajectory, build_trajectory
 
-__all__ = ["assert_no_tool_call", "assert_reply", "assert_tool_call", "cassette_trajectory"]
+__all__ = [
+    "TrajectoryAssertionError",
+    "assert_no_tool_call",
+    "assert_reply",
+    "assert_tool_call",
+    "cassette_trajectory",
+]
 
 #: Where a line given in Python "is": messages name it instead of a spec file position.
 _HERE = Location("<python>", 1, 1)
+
+
+class TrajectoryAssertionError(AssertionError):
+    """A failed trajectory assertion: the spec's message, with its result as data."""
+
+    def __init__(self, result: AssertionResult) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+    @property
+    def mismatches(self) -> tuple[Mismatch, ...]:
+        """Why it failed: the where-clause path, the matcher, expected and actual values."""
+        return self.result.mismatches
 
 
 def assert_tool_call(trajectory: Trajectory, line: str) -> AssertionResult:
@@ -62,7 +82,7 @@ def cassette_trajectory(cassette: Cassette) -> Trajectory:
 def _check(step: Step, trajectory: Trajectory) -> AssertionResult:
     (result,) = evaluate(_one_step_flow(step), trajectory)
     if not result.passed:
-        raise AssertionError(result.message)
+        raise TrajectoryAssertionError(result)
     return result
 
 

@@ -8,13 +8,20 @@ The text report explains a divergence, a drift or a failed assertion in prose;
      "path": "messages.2.content → flight.id", "recorded": "KQ311", "replayed": "KQ999",
      "live": null, "hint": "...", "message": "..."}
 
+    {"kind": "assertion", "detail": "create_booking where flight.id equals KQ999",
+     "path": "flight.id", "matcher": "equals", "expected": "KQ999", "actual": "KQ311",
+     "tool": "create_booking", "call": 2, "location": "booking.flow.yaml:9:5", ...}
+
 ``kind`` is ``divergence`` (replay: a request matched nothing; ``detail`` says
 ``unmatched``/``extra``), ``missing`` (replay: a recorded call never made),
 ``drift`` (compare: a live response differs, a live request matched nothing, or
 a recorded call was never made — ``detail`` ``missing``),
-``assertion`` (a failed step) or ``error`` (the run could not be judged). A
-divergence with several differing fields is one finding per field. Fields a
-kind does not have are null. Pure: built from the typed events and the steps.
+``assertion`` (a failed step: ``matcher``, ``expected``, ``actual``, ``tool``,
+``call`` and ``path`` from its `flowproof.assertions.Mismatch`) or ``error`` (the
+run could not be judged). A divergence with several differing fields is one
+finding per field, a failed step one per mismatch (a where clause, a forbidden
+call). Fields a kind does not have are null. Pure: built from the typed events
+and the steps.
 """
 
 from __future__ import annotations
@@ -77,14 +84,11 @@ def findings(
             )
     for step in steps:
         if not step.passed:
-            out.append(
-                _finding(
-                    "assertion",
-                    message=step.message,
-                    location=step.location,
-                    detail=step.source,
-                )
-            )
+            base = {"message": step.message, "location": step.location, "detail": step.source}
+            # One finding per mismatch, as a divergence is one per differing field.
+            out.extend(_finding("assertion", **base, **m.to_json()) for m in step.mismatches)
+            if not step.mismatches:
+                out.append(_finding("assertion", **base))
     if error and not out:
         out.append(_finding("error", message=error))
     return out
@@ -102,6 +106,11 @@ def _finding(kind: str, **fields: Any) -> Finding:
         "live": None,
         "hint": None,
         "location": None,
+        "matcher": None,
+        "expected": None,
+        "actual": None,
+        "tool": None,
+        "call": None,
         "message": "",
     }
     finding.update(fields)

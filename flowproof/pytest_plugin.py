@@ -6,15 +6,22 @@ proxy on a free port, so ``pytest -n 4`` under pytest-xdist is safe), and a
 failing flow's report is the failure text — no Python traceback. The mode is
 ``--flowproof-mode record|replay|compare`` (default replay).
 
-Python tests that drive their agent themselves assert on a trajectory with the
-same matchers: ``flowproof.assert_tool_call(trajectory, "…")`` (`flowproof.expect`).
+Python tests that drive their agent in-process use the ``flowproof_proxy``
+fixture: ``flowproof_proxy.session("cassettes/x.json")`` starts a proxy for that
+cassette in the ``--flowproof-mode`` mode and points this process's SDK clients
+at it (`flowproof.runner.session`); ``flowproof_proxy.trajectory()`` is what the
+agent did, checked with the same matchers as a spec
+(``flowproof.assert_tool_call(trajectory, "…")``, `flowproof.expect`). A replay
+divergence fails the test with flowproof's report instead of the SDK error it
+caused.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+import shlex
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +29,14 @@ import pytest
 
 from flowproof.errors import FlowFailure, FlowproofError
 from flowproof.runner.collect import FLOW_SUFFIX
-from flowproof.runner.env import default_ca_dir, ensure_ca
+from flowproof.runner.env import CAFiles, default_ca_dir, ensure_ca
 from flowproof.runner.flow import MODES, RunOptions, run_flow
 from flowproof.runner.report import render_flow, next_step
+from flowproof.runner.session import ProxySession, session_report
 from flowproof.spec import load_spec
+from flowproof.trajectory import Trajectory
 
-__all__ = ["FlowFile", "FlowItem"]
+__all__ = ["FlowFile", "FlowItem", "FlowproofProxy", "flowproof_proxy"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -93,11 +102,142 @@ class FlowItem(pytest.Item):
         return self.path, None, f"flow: {self.name}"
 
 
-def _shared_ca() -> None:
+def _shared_ca() -> CAFiles:
     """Create the CA under a file lock: xdist workers start flows at the same moment, and two
     first-time CA creations racing would leave a proxy and a trust bundle that disagree."""
     ca_dir = default_ca_dir(os.environ)
     ca_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(ca_dir.parent / f".{ca_dir.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        ensure_ca(ca_dir)
+        return ensure_ca(ca_dir)
+
+
+# --- the in-process fixture -------------------------------------------------------------------
+
+_FIXTURE = pytest.StashKey["FlowproofProxy"]()
+
+
+class FlowproofProxy:
+    """What the ``flowproof_proxy`` fixture hands a test: a proxy session per cassette, and
+    the trajectory of the model calls made through it.
+
+    The test's outcome decides the recording: in record mode a cassette is kept only when the
+    session passed and the test passed. Sessions still open when the test function returns
+    are judged then; a replay divergence, missing calls, drift or a proxy error fail the test
+    with flowproof's report (replacing the SDK error a divergence caused).
+    """
+
+    def __init__(self, item: pytest.Item, mode: str) -> None:
+        self.mode = mode
+        self._item = item
+        self._sessions: list[ProxySession] = []
+
+    def session(
+        self,
+        cassette: Path | str,
+        *,
+        route: str = "proxy",
+        upstream: Sequence[str] | None = None,
+        extra_hosts: Sequence[str] = (),
+        allow_error_turns: bool = False,
+    ) -> ProxySession:
+        """Start a proxy for ``cassette`` (a relative path is taken from the test file's folder)
+        and point this process's environment at it; build SDK clients after this call.
+
+        ``route="base_url"`` sets the SDKs' base-URL variables instead of relying on
+        HTTPS_PROXY alone; ``upstream`` (default: ``FLOWPROOF_UPSTREAM``) sends a model host's
+        calls elsewhere (``api.openai.com=http://127.0.0.1:8000``). A session still open is
+        judged first: one proxy, one set of variables at a time.
+        """
+        for open_session in self._open():
+            self._judge(open_session, None)
+        path = Path(cassette)
+        if not path.is_absolute():
+            path = self._item.path.parent / path
+        session = ProxySession(
+            path,
+            mode=self.mode,
+            route=route,
+            upstream=upstream,
+            extra_hosts=extra_hosts,
+            ca=_shared_ca(),
+            name=self._item.nodeid,
+            rerecord=f"pytest {shlex.quote(self._item.nodeid)} --flowproof-mode record",
+            allow_error_turns=allow_error_turns,
+        )
+        session.start()
+        self._sessions.append(session)
+        return session
+
+    def trajectory(self) -> Trajectory:
+        """The trajectory of the latest session: the calls so far, all of them once it closed."""
+        if not self._sessions:
+            raise FlowproofError(
+                "flowproof_proxy.trajectory() was called before any session — start one with "
+                'flowproof_proxy.session("cassettes/NAME.json") before the agent runs'
+            )
+        return self._sessions[-1].trajectory()
+
+    def finish(self, exc: BaseException | None) -> None:
+        """Judge every open session once the test function returned (``exc``: how it failed)."""
+        for session in self._open():
+            self._judge(session, exc)
+
+    def _open(self) -> list[ProxySession]:
+        return [s for s in self._sessions if s.result is None]
+
+    def _judge(self, session: ProxySession, exc: BaseException | None) -> None:
+        result = session.close(failed=exc is not None)
+        report = session_report(session, result, exc)
+        if not result.passed and not isinstance(exc, _NOT_REPLACED):
+            raise FlowFailure(report, result.exit_code) from None
+        # A pass (or a test failure of its own) has something to read too: `pytest -rP`.
+        self._item.add_report_section("call", "flowproof", report)
+
+
+#: Outcomes a session's failure does not replace: the user stopped the run, or skipped the test.
+_NOT_REPLACED = (KeyboardInterrupt, SystemExit, pytest.skip.Exception)
+
+
+@pytest.fixture
+def flowproof_proxy(request: pytest.FixtureRequest) -> Iterator[FlowproofProxy]:
+    """A flowproof proxy around an agent driven in-process (see `FlowproofProxy`)."""
+    fixture = FlowproofProxy(request.node, str(request.config.getoption("flowproof_mode")))
+    request.node.stash[_FIXTURE] = fixture
+    try:
+        yield fixture
+    finally:
+        # Sessions the call phase did not judge (a setup that failed after one started) only
+        # stop: their proxy, environment and staged recording must not outlive the test.
+        for session in fixture._open():
+            session.close(failed=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    try:
+        outcome = yield
+    except BaseException as exc:
+        fixture = item.stash.get(_FIXTURE, None)
+        if fixture is not None:
+            fixture.finish(exc)
+        raise
+    fixture = item.stash.get(_FIXTURE, None)
+    if fixture is not None:
+        fixture.finish(None)
+    return outcome
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if call.excinfo is not None and item.stash.get(_FIXTURE, None) is not None:
+        # flowproof's own words, not a traceback through the plugin.
+        error = call.excinfo.value
+        if isinstance(error, FlowFailure):
+            report.longrepr = error.report
+        elif isinstance(error, FlowproofError):
+            report.longrepr = str(error)
+    return report

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
+from flowproof.assertions import Mismatch
 from flowproof.cassette import Cassette, turn_views
 from flowproof.compare import CompareResult
 from flowproof.errors import (
@@ -79,12 +80,14 @@ class AgentOutcome(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StepResult:
-    """One line of the report: a checked step (or the strict check)."""
+    """One line of the report: a checked step (or the strict check); a failure's
+    ``mismatches`` say why as data (`flowproof.assertions.Mismatch`)."""
 
     passed: bool
     message: str
     location: str | None
     source: str
+    mismatches: tuple[Mismatch, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

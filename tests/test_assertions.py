@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowproof.assertions import AssertionResult, check_clause, describe_assertion, evaluate
+from flowproof.assertions import MISMATCH_KINDS, AssertionResult, check_clause, describe_assertion, evaluate
 from flowproof.errors import SpecError
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, Turn
 from flowproof.spec import parse_tool_line, resolve_variables
@@ -566,3 +566,65 @@ class TestEvaluateProperties:
         for result in results:
             assert "Matcher." not in result.message and "None" not in result.message
             assert len(result.message) < 6000
+
+
+class TestMismatches:
+    """Each failure carries why as data (path, matcher, expected, actual, tool, call); a pass
+    carries nothing, and the message is unchanged by it."""
+
+    def test_a_failed_where_clause_names_path_expected_and_actual(self) -> None:
+        traj = trajectory(call("search_flights", {}), call("create_booking", {"flight": {"id": "KQ311"}}))
+        step = call_step("create_booking", clause("flight.id", Matcher.EQUALS, "KQ999"), clause("seat", Matcher.EXISTS))
+        (result,) = run(traj, step)
+        assert not result.passed
+        assert [m.to_json() for m in result.mismatches] == [
+            {"matcher": "equals", "path": "flight.id", "expected": "KQ999", "actual": "KQ311", "tool": "create_booking", "call": 2},
+            {"matcher": "exists", "path": "seat", "expected": None, "actual": None, "tool": "create_booking", "call": 2},
+        ]
+        assert 'flight.id is "KQ311", not "KQ999"' in result.message
+
+    def test_the_actual_value_keeps_its_json_type(self) -> None:
+        (result,) = run(trajectory(call("book", {"seats": [1, 2]})), call_step("book", clause("seats", Matcher.CONTAINS, "3")))
+        assert [(m.matcher, m.actual) for m in result.mismatches] == [("contains", [1, 2])]
+
+    def test_a_tool_never_called_lists_what_was(self) -> None:
+        (result,) = run(trajectory(call("search_flights", {})), call_step("create_booking"))
+        assert [m.to_json() for m in result.mismatches] == [
+            {"matcher": "called", "path": None, "expected": "create_booking", "actual": ["search_flights"], "tool": "create_booking", "call": None}
+        ]
+
+    def test_out_of_order_names_the_early_call(self) -> None:
+        traj = trajectory(call("create_booking", {}), call("search_flights", {}))
+        results = run(traj, call_step("search_flights"), call_step("create_booking"))
+        assert [(m.matcher, m.call) for m in results[1].mismatches] == [("order", 1)]
+
+    def test_arguments_that_are_not_json(self) -> None:
+        (result,) = run(trajectory(call("book", "{not json")), call_step("book", clause("a", Matcher.EXISTS)))
+        assert [(m.matcher, m.actual, m.call) for m in result.mismatches] == [("json", "{not json", 1)]
+
+    def test_a_guard_names_each_forbidden_call(self) -> None:
+        traj = trajectory(call("issue_refund", {"order": 7}), call("search", {}), call("issue_refund", {"order": 8}))
+        (result,) = run(traj, no_call("issue_refund"))
+        assert [(m.matcher, m.tool, m.call, m.actual) for m in result.mismatches] == [
+            ("not called", "issue_refund", 1, {"order": 7}), ("not called", "issue_refund", 3, {"order": 8})
+        ]
+
+    def test_the_reply_and_its_absence(self) -> None:
+        (wrong,) = run(trajectory(reply="Sold out."), reply_step("booked"))
+        assert [(m.matcher, m.expected, m.actual) for m in wrong.mismatches] == [("reply contains", "booked", "Sold out.")]
+        (none,) = run(trajectory(reply=None), reply_step("booked"))
+        assert [(m.matcher, m.actual) for m in none.mismatches] == [("reply contains", None)]
+
+    def test_strict_names_each_unlisted_call(self) -> None:
+        traj = trajectory(call("search_flights", {"to": "NBO"}), call("create_booking", {}))
+        results = run(traj, call_step("create_booking"), strict=True)
+        assert [(m.matcher, m.tool, m.call, m.actual) for m in results[-1].mismatches] == [
+            ("strict", "search_flights", 1, {"to": "NBO"})
+        ]
+
+    def test_a_pass_carries_no_mismatch(self) -> None:
+        results = run(trajectory(call("book", {"a": 1})), call_step("book", clause("a", Matcher.EQUALS, "1")), no_call("refund"))
+        assert all(r.passed and r.mismatches == () for r in results)
+
+    def test_every_matcher_is_a_listed_kind(self) -> None:
+        assert {m.value for m in Matcher} <= set(MISMATCH_KINDS)

@@ -7,7 +7,7 @@ import pytest
 import flowproof
 from flowproof.cassette import loads_cassette
 from flowproof.errors import SpecError
-from flowproof.expect import assert_no_tool_call, assert_reply, assert_tool_call, cassette_trajectory
+from flowproof.expect import TrajectoryAssertionError, assert_no_tool_call, assert_reply, assert_tool_call, cassette_trajectory
 
 from .runner.helpers import BOOKING_TURNS, cassette_text
 
@@ -30,6 +30,11 @@ class TestExpect:
         text = str(info.value)
         assert text.startswith("expected create_booking where flight.id equals KQ999")
         assert "KQ311" in text
+        # The same facts as data, for a test that wants to inspect them.
+        assert isinstance(info.value, TrajectoryAssertionError)
+        assert [(m.path, m.matcher, m.expected, m.actual, m.call) for m in info.value.mismatches] == [
+            ("flight.id", "equals", "KQ999", "KQ311", 2)
+        ]
 
     def test_no_tool_call(self, trajectory) -> None:
         """assert_no_tool_call passes for an uncalled tool and fails naming the offending call."""

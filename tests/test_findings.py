@@ -9,11 +9,13 @@ from flowproof.compare import compare_responses
 from flowproof.divergence import ABSENT, Divergence, FieldChange
 from flowproof.events import DivergenceEvent, DoneEvent, DriftEvent
 from flowproof.findings import FINDING_KINDS, findings
+from flowproof.assertions import Mismatch
 from flowproof.verdict import StepResult
 
 from .runner.helpers import chat_turn
 
-KEYS = {"kind", "detail", "turn", "thread", "path", "recorded", "replayed", "live", "hint", "location", "message"}
+KEYS = {"kind", "detail", "turn", "thread", "path", "recorded", "replayed", "live", "hint", "location",
+        "matcher", "expected", "actual", "tool", "call", "message"}
 
 
 def divergence(**kw: Any) -> dict[str, Any]:
@@ -108,3 +110,19 @@ class TestFindings:
         ]
         assert [f["kind"] for f in findings([], [], mode="replay", error="agent crashed")] == ["error"]
         assert set(FINDING_KINDS) == {"divergence", "missing", "drift", "assertion", "error"}
+
+    def test_a_failed_step_is_one_finding_per_mismatch(self) -> None:
+        """A failed step's mismatches become its findings' path, matcher, expected, actual,
+        tool and call; each keeps the step's message, location and source."""
+        why = (
+            Mismatch("equals", "flight.id", "KQ999", "KQ311", "create_booking", 2),
+            Mismatch("is absent", "coupon", None, "X1", "create_booking", 2),
+        )
+        step = StepResult(False, "expected create_booking where …", "f.yaml:9:5", "create_booking where …", why)
+        out = findings([], [step], mode="replay")
+        assert [(f["path"], f["matcher"], f["expected"], f["actual"], f["tool"], f["call"]) for f in out] == [
+            ("flight.id", "equals", "KQ999", "KQ311", "create_booking", 2),
+            ("coupon", "is absent", None, "X1", "create_booking", 2),
+        ]
+        assert all(f["kind"] == "assertion" and f["location"] == "f.yaml:9:5" and set(f) == KEYS for f in out)
+        assert {f["message"] for f in out} == {"expected create_booking where …"}

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from flowproof.runner.env import ensure_ca
+
 from .runner.conftest import FAKE_ADDON
 from .runner.helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events, write_script, write_spec
 
@@ -17,8 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def ca_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One CA for these tests (created by the first flow, under the plugin's lock)."""
-    return tmp_path_factory.mktemp("ca") / "ca"
+    """One CA for these tests, created here: created inside an in-process pytester run, the
+    cryptography modules it imports would be dropped with that run's sys.modules, and a later
+    test's re-import no longer matches the hash classes its Rust backend registered."""
+    ca_dir = tmp_path_factory.mktemp("ca") / "ca"
+    ensure_ca(ca_dir)
+    return ca_dir
 
 
 @pytest.fixture

@@ -408,6 +408,7 @@ def _verdict(
                 message=r.message,
                 location=str(r.location) if r.location else None,
                 source=step_line(r.step),
+                mismatches=r.mismatches,
             )
             for r in evaluate(spec, trajectory)
         )

@@ -245,6 +245,10 @@ def flow_findings(result: FlowResult) -> list[dict[str, Any]]:
     )
 
 
+#: Finding matchers that are where clauses (`flowproof.assertions.MISMATCH_KINDS`).
+_CLAUSE_MATCHERS = ("equals", "contains", "matches", "exists", "is absent")
+
+
 def _finding_summary(finding: dict[str, Any]) -> str:
     """A finding in one line, for a JUnit failure message."""
     where = [f"turn {finding['turn']}"] if finding["turn"] is not None else []
@@ -252,7 +256,14 @@ def _finding_summary(finding: dict[str, Any]) -> str:
         where.append(f"thread {finding['thread']}")
     if finding["path"]:
         where.append(str(finding["path"]))
+    if finding.get("call") is not None:
+        where.insert(0, f"call {finding['call']} ({finding['tool']})")
     head = f"{finding['kind']}" + (f" at {', '.join(where)}" if where else "")
+    if finding.get("matcher") in _CLAUSE_MATCHERS:
+        # A failed where clause: the expectation and what the call held, in one line.
+        expected = "" if finding["expected"] is None else " " + json.dumps(finding["expected"], ensure_ascii=False)
+        return (f"{head}: expected {finding['matcher']}{expected}, "
+                f"actual {json.dumps(finding['actual'], ensure_ascii=False, default=str)[:200]}")
     first = (finding["message"] or "").splitlines()[:1]
     return f"{head}: {first[0]}" if first else head
 

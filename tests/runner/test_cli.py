@@ -82,6 +82,11 @@ class TestRun:
             ("assertion", f"{spec}:13:5"),
             ("assertion", f"{spec}:14:5"),
         ]
+        # … with what each expected and what the trajectory held, as separate fields.
+        assert [(f["matcher"], f["expected"], f["actual"]) for f in flow["findings"]] == [
+            ("called", "create_booking", ["search_flights"]),
+            ("reply contains", "booked", "no"),
+        ]
         assert "<testcase" in junit.read_text() and 'type="flowproof.assertion"' in junit.read_text()
 
     def test_several_flows_in_parallel(self, tmp_path: Path, fake_env) -> None:

@@ -11,6 +11,7 @@ from xml.etree import ElementTree as ET
 import jsonschema
 import pytest
 
+from flowproof.assertions import MISMATCH_KINDS, Mismatch
 from flowproof.cassette import loads_cassette
 from flowproof.compare import compare_responses, missing_result
 from flowproof.divergence import Divergence, FieldChange
@@ -229,7 +230,9 @@ def structured_results() -> list[FlowResult]:
     drift = {"equal": False, "turn_index": 0, "tool_calls": {"equal": True, "recorded": [], "live": []},
              "finish_reason": {"equal": True, "recorded": "stop", "live": "stop"},
              "text": {"status": "different", "recorded": "booked", "live": "sold out"}}
-    failed_step = StepResult(False, "expected create_booking", "b.flow.yaml:9:5", "assert_tool_call: create_booking")
+    failed_step = StepResult(False, "expected create_booking", "b.flow.yaml:9:5", "assert_tool_call: create_booking",
+                             (Mismatch("equals", "flight.id", "KQ999", "KQ311", "create_booking", 2),
+                              Mismatch("reply contains", None, "booked", None)))
     return [
         result(steps=(StepResult(True, "ok", None, "assert: reply contains booked"),),
                guards=({"assertion": "assert_no_tool_call: issue_refund", "warning": "compliance, not enforcement"},)),
@@ -263,6 +266,12 @@ class TestStructuredJson:
         drift = flows[3]["findings"][0]
         assert (drift["kind"], drift["path"], drift["recorded"], drift["live"]) == ("drift", "text", "booked", "sold out")
         assert flows[4]["findings"][0]["location"] == "b.flow.yaml:9:5"
+        assertion = flows[4]["findings"][0]
+        assert (assertion["path"], assertion["matcher"], assertion["expected"], assertion["actual"]) == (
+            "flight.id", "equals", "KQ999", "KQ311")
+        assert (assertion["tool"], assertion["call"]) == ("create_booking", 2)
+        assert [f["matcher"] for f in flows[4]["findings"]] == ["equals", "reply contains"]
+        assert all(f["matcher"] is None for f in flows[1]["findings"])
         assert flows[5]["findings"][0]["kind"] == "error"
         # Compare: the structured compare results are the drift, path by path.
         compared = flows[6]["findings"]
@@ -270,6 +279,17 @@ class TestStructuredJson:
         assert [f["turn"] for f in compared if f["detail"] == "missing"] == [3]
         assert any(f["turn"] == 1 and "KQ311" in json.dumps(f["recorded"]) and "KQ999" in json.dumps(f["live"])
                    for f in compared)
+
+    def test_the_schema_lists_every_mismatch_kind(self) -> None:
+        """The schema's matcher enum is the assertion module's list (plus null for other kinds)."""
+        enum = REPORT_SCHEMA["$defs"]["finding"]["properties"]["matcher"]["enum"]
+        assert enum == [*MISMATCH_KINDS, None]
+
+    def test_the_schema_refuses_an_unknown_matcher(self) -> None:
+        doc = json.loads(render_json(structured_results()))
+        doc["flows"][4]["findings"][0]["matcher"] = "resembles"
+        with pytest.raises(jsonschema.ValidationError, match="resembles"):
+            jsonschema.validate(doc, REPORT_SCHEMA)
 
     def test_the_schema_refuses_a_finding_without_its_fields(self) -> None:
         """The schema is strict: a finding missing `path` does not validate."""
@@ -339,3 +359,13 @@ class TestStructuredJunit:
         assert extra[0].get("message", "").startswith("divergence at turn 1, messages.1.content → flight.id:")
         assert json.loads(extra[0].text or "") == json.loads(render_json(results))["flows"][1]["findings"][0]
         assert [e.get("type") for e in suite.findall("testcase")[5].findall("error")] == ["exit-5", "flowproof.error"]
+
+    def test_an_assertion_finding_reads_as_expected_and_actual(self) -> None:
+        """A failed where clause's JUnit message says which call, which path, what was expected
+        and what it held; other assertion findings keep their message's first line."""
+        suite = ET.fromstring(junit_xml(structured_results()))
+        extra = suite.findall("testcase")[4].findall("failure")[1:]
+        assert [e.get("message") for e in extra] == [
+            'assertion at call 2 (create_booking), flight.id: expected equals "KQ999", actual "KQ311"',
+            "assertion: expected create_booking",
+        ]

@@ -1,0 +1,374 @@
+"""An in-process session: the proxy around an agent that runs inside the calling process.
+
+`flowproof-run` starts the agent as a child process and hands it the proxy in
+its environment. A Python test that drives its agent itself (an
+``openai.OpenAI()`` client built in the test function) has no child process:
+`ProxySession` starts the same proxy for one cassette, points *this* process's
+environment at it (the variables of `runner.env.agent_env`: HTTPS_PROXY, the
+CA bundle variables, placeholder keys, and the base-URL variables with
+``route="base_url"``), and puts every variable back on `close`. SDK clients
+read these variables when they are built, so a client must be built after the
+session starts.
+
+`close` judges the session as a flow run is judged (`flowproof.verdict`): a
+replay divergence, missing calls, compare drift or a proxy error fail it, and
+a recording is kept only when the session passed and the caller's test did
+not fail (``failed=True``); otherwise the old cassette stays byte-identical.
+The pytest fixture (`flowproof.pytest_plugin`) is the usual way in; see
+docs/pytest.md.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from flowproof.cassette import Cassette, load_cassette, turn_views
+from flowproof.cassette_check import check_cassette, error_turns
+from flowproof.commands import addon_record_command
+from flowproof.errors import (
+    EXIT_AGENT,
+    EXIT_DIVERGENCE,
+    EXIT_DRIFT,
+    CassetteError,
+    CassetteNotFoundError,
+    FlowFailure,
+    FlowproofError,
+)
+from flowproof.events import (
+    DivergenceEvent,
+    DriftEvent,
+    ErrorEvent,
+    Event,
+    RequestStartedEvent,
+    TurnEvent,
+    parse_events,
+)
+from flowproof.runner.env import CAFiles, agent_env, default_ca_dir, ensure_ca
+from flowproof.runner.flow import MODES, FlowResult
+from flowproof.runner.lock import cassette_lock
+from flowproof.runner.proxy import ProxySettings, RunningProxy, scratch_prefix, start_proxy
+from flowproof.runner.recording import Staging
+from flowproof.runner.report import next_step, render_flow
+from flowproof.trajectory import Trajectory, build_trajectory
+from flowproof.verdict import decide_exit
+from flowproof.wire.providers import reverse_hosts
+
+__all__ = ["ProxySession", "session_report"]
+
+#: How long `ProxySession.trajectory` waits for calls still in flight to be logged.
+SETTLE_SECONDS = 5.0
+#: Events that end a model call begun with ``request_started`` (docs/internals.md).
+_ENDS_A_CALL = (TurnEvent, DivergenceEvent, DriftEvent, ErrorEvent)
+
+
+@dataclass(frozen=True, slots=True)
+class _InProcess:
+    """The agent outcome `decide_exit` reads: the agent is the caller, which did not crash
+    from flowproof's point of view (its own failure is the caller's test result)."""
+
+    returncode: int | None = 0
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+
+
+class ProxySession:
+    """A flowproof proxy for one cassette, with this process's environment pointed at it.
+
+    ``mode`` is ``replay`` (default), ``record`` or ``compare``. ``upstream`` maps a model
+    host to another URL (``api.openai.com=http://127.0.0.1:8000``; default: the comma-separated
+    ``FLOWPROOF_UPSTREAM``). ``rerecord`` is the command a report tells the user to run to
+    record again. Use as a context manager, or call `start` and `close` yourself.
+    """
+
+    def __init__(
+        self,
+        cassette: Path | str,
+        *,
+        mode: str = "replay",
+        route: str = "proxy",
+        upstream: Sequence[str] | None = None,
+        extra_hosts: Sequence[str] = (),
+        ca: CAFiles | None = None,
+        name: str = "in-process session",
+        rerecord: str | None = None,
+        allow_error_turns: bool = False,
+        proxy_timeout: float = 20.0,
+    ) -> None:
+        if mode not in MODES:
+            raise FlowproofError(f"unknown mode `{mode}` — use one of: {', '.join(MODES)}")
+        if route not in ("proxy", "base_url"):
+            raise FlowproofError(f"unknown route `{route}` — use proxy or base_url")
+        self.cassette = Path(cassette)
+        self.mode = mode
+        self.route = route
+        if upstream is None:
+            upstream = [u.strip() for u in os.environ.get("FLOWPROOF_UPSTREAM", "").split(",") if u.strip()]
+        self.upstream = tuple(upstream)
+        self.extra_hosts = tuple(extra_hosts)
+        self.name = name
+        self.rerecord = rerecord or f"run this test again in record mode to record {self.cassette}"
+        self.allow_error_turns = allow_error_turns
+        self._ca = ca
+        self._proxy_timeout = proxy_timeout
+        self._proxy: RunningProxy | None = None
+        self._existing: Cassette | None = None
+        self._held = ExitStack()
+        self._saved_env: dict[str, str | None] = {}
+        self._events: list[Event] | None = None
+        self._result: FlowResult | None = None
+        self._started = 0.0
+
+    # --- life cycle -----------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Load and check the cassette, start the proxy and point the environment at it."""
+        if self._proxy is not None or self._result is not None:
+            raise FlowproofError("this session was already started; start a new one per cassette")
+        self._started = time.monotonic()
+        self._existing = self._load_existing()
+        ca = self._ca or ensure_ca(default_ca_dir(os.environ))
+        try:
+            if self.mode == "record":
+                self.cassette.parent.mkdir(parents=True, exist_ok=True)
+                # One writer per cassette, and the staging file is touched only under the lock.
+                self._held.enter_context(cassette_lock(self.cassette))
+                self._staging.discard()
+            scratch = Path(self._held.enter_context(
+                tempfile.TemporaryDirectory(prefix=scratch_prefix("run"))
+            ))
+            settings = ProxySettings(
+                mode=self.mode,
+                cassette=self._staging.path if self.mode == "record" else self.cassette,
+                report=scratch / "events.jsonl",
+                confdir=ca.cert.parent,
+                upstream=self.upstream,
+                extra_hosts=self.extra_hosts,
+                route=self.route,
+                reverse_hosts=reverse_hosts() if self.route == "base_url" else (),
+                home=os.environ.get("HOME"),
+                cwd=Path.cwd(),
+            )
+            self._proxy = start_proxy(settings, timeout=self._proxy_timeout)
+        except BaseException:
+            self._release()
+            raise
+        model_hosts = [u.split("=", 1)[0] for u in self.upstream] + list(self.extra_hosts)
+        env = agent_env(
+            os.environ,
+            proxy_url=self._proxy.url,
+            ca=ca,
+            route=self.route,
+            reverse_urls=self._proxy.reverse_urls,
+            # No request reaches a real provider in replay nor with a mapped upstream, so an
+            # SDK that insists on a key gets a placeholder there (never the user's key).
+            placeholder_keys=self.mode == "replay" or bool(self.upstream),
+            model_hosts=model_hosts,
+        )
+        self._apply_env(env)
+        return self
+
+    def close(self, *, failed: bool = False) -> FlowResult:
+        """Stop the proxy, restore the environment and judge the session (idempotent).
+
+        ``failed`` says the caller's own test failed: a recording is then not kept.
+        """
+        if self._result is not None:
+            return self._result
+        proxy = self._proxy
+        if proxy is None:
+            raise FlowproofError("this session was never started")
+        try:
+            self._restore_env()
+            proxy.stop()
+            self._events = parse_events(proxy.events())
+            self._result = self._judge(self._events, proxy.startup_seconds, failed)
+        finally:
+            self._release()
+        return self._result
+
+    def __enter__(self) -> Self:
+        if self._proxy is None:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        result = self.close(failed=exc is not None)
+        if not result.passed:
+            # A divergence explains whatever the agent did next (an SDK error, a wrong answer):
+            # the session's report replaces the exception it caused.
+            raise FlowFailure(session_report(self, result, exc), result.exit_code) from None
+
+    # --- reading ------------------------------------------------------------------------------
+
+    @property
+    def result(self) -> FlowResult | None:
+        """The verdict, once `close` has run."""
+        return self._result
+
+    @property
+    def proxy_url(self) -> str:
+        """The explicit-proxy URL the environment points at (while the session is open)."""
+        if self._proxy is None:
+            raise FlowproofError("the session has not started")
+        return self._proxy.url
+
+    def events(self) -> list[Event]:
+        """The proxy's typed events so far (all of them once closed)."""
+        if self._events is not None:
+            return list(self._events)
+        if self._proxy is None:
+            return []
+        return parse_events(self._proxy.events())
+
+    def trajectory(self) -> Trajectory:
+        """The trajectory of the model calls so far (all of them once closed).
+
+        While open, a call the proxy has seen begin but not yet logged (a streamed answer's
+        turn is logged when its stream ends) is waited for, up to `SETTLE_SECONDS`.
+        """
+        events = self.events()
+        if self._events is None and self._proxy is not None:
+            deadline = time.monotonic() + SETTLE_SECONDS
+            while _in_flight(events) and time.monotonic() < deadline:
+                time.sleep(0.02)
+                events = self.events()
+        return build_trajectory([turn_views(e.turn) for e in events if isinstance(e, TurnEvent)])
+
+    # --- internals --------------------------------------------------------------------------
+
+    @property
+    def _staging(self) -> Staging:
+        return Staging(self.cassette)
+
+    def _load_existing(self) -> Cassette | None:
+        if self.mode == "record" and not self.cassette.exists():
+            return None
+        if not self.cassette.exists():
+            raise CassetteNotFoundError(self.cassette, self.rerecord)
+        loaded = load_cassette(self.cassette, record_command=self.rerecord)
+        check_cassette(loaded, self.cassette)
+        if self.mode != "record" and loaded.route != self.route:
+            raise CassetteError(
+                self.cassette,
+                f"was recorded on route `{loaded.route}` but this session uses route `{self.route}`",
+                f"pass route={loaded.route!r}, or re-record: {self.rerecord}",
+            )
+        return loaded
+
+    def _apply_env(self, env: Mapping[str, str]) -> None:
+        for name, value in env.items():
+            if os.environ.get(name) != value:
+                self._saved_env.setdefault(name, os.environ.get(name))
+                os.environ[name] = value
+
+    def _restore_env(self) -> None:
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_env.clear()
+
+    def _release(self) -> None:
+        self._restore_env()
+        if self.mode == "record":
+            # Kept or rejected by the verdict; on every other way out nothing is left behind.
+            self._staging.discard()
+        self._held.close()
+
+    def _judge(self, events: list[Event], startup: float, failed: bool) -> FlowResult:
+        turns = [turn_views(e.turn) for e in events if isinstance(e, TurnEvent)]
+        trajectory = build_trajectory(turns)
+        verdict = decide_exit(
+            events, _InProcess(), lambda: (), self.mode, timeout=0.0, existing=self._existing
+        )
+        # Without a spec the addon's advice is the bare mitmdump command; this session knows
+        # the command that records its cassette (a pytest run in record mode).
+        addon_advice = addon_record_command(self.cassette)
+        divergences = tuple(d.replace(addon_advice, self.rerecord) for d in verdict.divergences)
+        result = FlowResult(
+            spec_path=Path(self.name),
+            name=self.name,
+            mode=self.mode,
+            exit_code=verdict.exit_code,
+            cassette=self.cassette,
+            divergences=divergences,
+            drifts=verdict.drifts,
+            missing=verdict.missing,
+            errors=verdict.errors,
+            error=verdict.error,
+            notes=verdict.notes,
+            compare=verdict.compare,
+            reply=trajectory.reply,
+            tool_calls=tuple(c.name for c in trajectory.tool_calls),
+            turns=len(turns),
+            startup_seconds=startup,
+            duration=time.monotonic() - self._started,
+            events=tuple(events),
+            failure=verdict.failure,
+        )
+        if self.mode != "record":
+            return result
+        staging = self._staging
+        if verdict.recording != "keep" or failed:
+            return replace(result, rejected=staging.reject())
+        errors = error_turns(load_cassette(staging.path)) if staging.path.exists() else ()
+        if errors and not self.allow_error_turns:
+            return replace(
+                result, exit_code=EXIT_AGENT, failure="upstream", notes=(*result.notes, *errors),
+                error=f"{errors[0]}; a cassette with error turns is not kept — record again when "
+                      "the upstream is healthy, or pass allow_error_turns=True if this test "
+                      "tests error handling",
+                rejected=staging.reject(),
+            )
+        if not turns:
+            return replace(
+                result, exit_code=EXIT_AGENT, rejected=staging.reject(),
+                error="no model call went through the proxy, so there is nothing to record — build "
+                      "the SDK client after the session starts (clients read HTTPS_PROXY and the CA "
+                      "variables when they are built), or use route='base_url'",
+            )
+        try:
+            heal = staging.keep(len(turns), self._existing)
+        except FlowproofError as e:
+            return replace(result, exit_code=e.exit_code, error=str(e))
+        return replace(result, heal_diff=heal, notes=(*result.notes, *errors))
+
+
+def _in_flight(events: Sequence[Event]) -> bool:
+    started = {e.id for e in events if isinstance(e, RequestStartedEvent)}
+    ended = {getattr(e, "id", None) for e in events if isinstance(e, _ENDS_A_CALL)}
+    return bool(started - ended)
+
+
+def session_report(session: ProxySession, result: FlowResult, exc: BaseException | None = None) -> str:
+    """The session's readable report (as a flow's), ending with the line that says what to do."""
+    text = render_flow(result)
+    if exc is not None and not result.passed:
+        # The exception's first sentence: an SDK's error text for a divergence goes on to name
+        # the proxy's event log, a scratch file that is gone by now.
+        first = (str(exc).strip().splitlines() or [""])[0].split(". ")[0][:200]
+        text += f"\n  the test then failed with: {type(exc).__name__}" + (f": {first}" if first else "")
+    if result.exit_code == EXIT_DIVERGENCE:
+        last = (f"If the change is intended, re-record with: {session.rerecord} — then review the "
+                "heal diff; otherwise fix the agent.")
+    elif result.exit_code == EXIT_DRIFT:
+        last = ("The live run differs from the recording: inspect the first drift, then re-record "
+                f"with {session.rerecord} if the new behaviour is right (compare never writes).")
+    else:
+        last = next_step(result)
+    return f"{text}\n{last}"

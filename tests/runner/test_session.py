@@ -1,0 +1,186 @@
+"""Tests for flowproof.runner.session, with the stand-in addon: the environment a session
+sets and puts back, its verdict, and the recording it keeps or leaves alone. The real proxy
+and a real SDK client are exercised in tests/test_pytest_fixture.py."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from flowproof.errors import (
+    EXIT_AGENT,
+    EXIT_DIVERGENCE,
+    CassetteNotFoundError,
+    FlowFailure,
+    FlowproofError,
+)
+from flowproof.runner.env import PLACEHOLDER_KEY, CAFiles
+from flowproof.runner.session import ProxySession, session_report
+
+from .conftest import FAKE_ADDON
+from .helpers import BOOKING_TURNS, cassette_text, turn_events, write_script
+
+
+@pytest.fixture(autouse=True)
+def stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLOWPROOF_ADDON_SCRIPT", str(FAKE_ADDON))
+    for name in ("OPENAI_API_KEY", "HTTPS_PROXY", "https_proxy", "FLOWPROOF_UPSTREAM", "FAKE_FLOWPROOF_SCRIPT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **content: object) -> None:
+    monkeypatch.setenv("FAKE_FLOWPROOF_SCRIPT", str(write_script(tmp_path / "script.json", **content)))
+
+
+def scripted_events_written(session: ProxySession, count: int) -> None:
+    """Wait until the stand-in addon has written its ``count`` scripted events (it writes them
+    just after ``ready``, so they may still be coming when `start` returns)."""
+    deadline = time.monotonic() + 10
+    while len(session.events()) < count + 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_the_environment_points_at_the_proxy_and_is_put_back(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cassette = tmp_path / "c.json"
+    cassette.write_text(cassette_text(BOOKING_TURNS))
+    script(tmp_path, monkeypatch, events=turn_events(BOOKING_TURNS))
+    monkeypatch.setenv("SSL_CERT_FILE", "/elsewhere.pem")
+    before = dict(os.environ)
+    session = ProxySession(cassette, ca=ca_files).start()
+    try:
+        assert os.environ["HTTPS_PROXY"] == session.proxy_url
+        assert os.environ["SSL_CERT_FILE"] == str(ca_files.bundle)
+        # Replay: no request reaches a provider, so an SDK that insists on a key gets a placeholder.
+        assert os.environ["OPENAI_API_KEY"] == PLACEHOLDER_KEY
+        scripted_events_written(session, len(turn_events(BOOKING_TURNS)))
+        assert [c.name for c in session.trajectory().tool_calls] == ["search_flights", "create_booking"]
+    finally:
+        result = session.close()
+    assert dict(os.environ) == before
+    assert result.passed, result.error
+    assert result.turns == 3 and result.tool_calls == ("search_flights", "create_booking")
+    assert len(session.trajectory().tool_calls) == 2  # still readable once closed
+
+
+def test_replay_without_a_cassette_says_how_to_record(tmp_path: Path, ca_files: CAFiles) -> None:
+    session = ProxySession(tmp_path / "none.json", ca=ca_files, rerecord="pytest t.py::x --flowproof-mode record")
+    with pytest.raises(CassetteNotFoundError, match=r"record one first with: pytest t.py::x --flowproof-mode record"):
+        session.start()
+    assert "HTTPS_PROXY" not in os.environ
+
+
+def test_a_divergence_fails_the_block_with_the_report(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cassette = tmp_path / "c.json"
+    cassette.write_text(cassette_text(BOOKING_TURNS))
+    divergence = {"event": "divergence", "id": "f1", "text": "request 1 matches no recorded turn"}
+    script(tmp_path, monkeypatch, events=[divergence])
+    session = ProxySession(cassette, ca=ca_files, name="t.py::x", rerecord="pytest t.py::x --flowproof-mode record")
+    with pytest.raises(FlowFailure) as failure, session:
+        raise RuntimeError("Error code: 400 - flowproof replay diverged. The full report is in /tmp/x")
+    assert failure.value.exit_code == EXIT_DIVERGENCE
+    report = failure.value.report
+    assert "replay divergence" in report and "request 1 matches no recorded turn" in report
+    assert "the test then failed with: RuntimeError: Error code: 400 - flowproof replay diverged\n" in report
+    assert report.endswith("otherwise fix the agent.") and "pytest t.py::x --flowproof-mode record" in report
+    assert "HTTPS_PROXY" not in os.environ
+
+
+def test_record_keeps_only_when_the_test_passed(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cassette = tmp_path / "cassettes" / "c.json"
+    script(tmp_path, monkeypatch, events=turn_events(BOOKING_TURNS), cassette=cassette_text(BOOKING_TURNS))
+    failed = ProxySession(cassette, mode="record", ca=ca_files).start().close(failed=True)
+    assert not cassette.exists() and failed.rejected is not None and failed.rejected.exists()
+    kept = ProxySession(cassette, mode="record", ca=ca_files).start().close()
+    assert kept.passed and cassette.read_text() == cassette_text(BOOKING_TURNS)
+    assert not cassette.with_name("c.recording.json").exists()
+
+
+def test_record_without_a_model_call_keeps_nothing_and_says_why(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cassette = tmp_path / "c.json"
+    old = cassette_text(BOOKING_TURNS[:1]).encode()
+    cassette.write_bytes(old)
+    script(tmp_path, monkeypatch, cassette=cassette_text(BOOKING_TURNS))
+    result = ProxySession(cassette, mode="record", ca=ca_files).start().close()
+    assert result.exit_code == EXIT_AGENT
+    assert result.error is not None and "build the SDK client after the session starts" in result.error
+    assert cassette.read_bytes() == old
+    assert "build the SDK client" in session_report(ProxySession(cassette), result)
+
+
+def test_an_unknown_mode_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(FlowproofError, match="unknown mode `replya`"):
+        ProxySession(tmp_path / "c.json", mode="replya")
+
+
+@pytest.mark.parametrize(
+    ("mode", "script_done", "events", "expected"),
+    [
+        ("replay", {"unconsumed": [2], "text": "1 recorded call(s) were never made (missing calls)"}, [],
+         "1 recorded call(s) were never made"),
+        ("replay", {}, [{"event": "error", "text": "upstream refused the connection"}],
+         "upstream refused the connection"),
+        ("compare", {}, [{"event": "drift", "id": "1", "text": "turn 2: the text differs"}],
+         "The live run differs from the recording"),
+    ],
+    ids=["missing calls", "proxy error", "compare drift"],
+)
+def test_missing_calls_proxy_errors_and_drift_fail_the_session(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch,
+    mode: str, script_done: dict[str, object], events: list[dict[str, object]], expected: str,
+) -> None:
+    cassette = tmp_path / "c.json"
+    cassette.write_text(cassette_text(BOOKING_TURNS))
+    script(tmp_path, monkeypatch, events=events, done=script_done)
+    session = ProxySession(cassette, mode=mode, ca=ca_files, rerecord="pytest t.py::x --flowproof-mode record")
+    result = session.start().close()
+    assert not result.passed
+    report = session_report(session, result)
+    assert expected in report
+    if mode == "compare":
+        assert "turn 2: the text differs" in report and "pytest t.py::x --flowproof-mode record" in report
+        assert cassette.read_text() == cassette_text(BOOKING_TURNS)  # compare never writes
+
+
+def test_base_url_route_sets_the_sdk_base_urls(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cassette = tmp_path / "c.json"
+    cassette.write_text(cassette_text(BOOKING_TURNS, route="base_url"))
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    session = ProxySession(cassette, ca=ca_files, route="base_url").start()
+    try:
+        assert os.environ["OPENAI_BASE_URL"].startswith("http://127.0.0.1:")
+        assert os.environ["OPENAI_BASE_URL"].rstrip("/").endswith("/v1")
+    finally:
+        session.close()
+    assert "OPENAI_BASE_URL" not in os.environ
+
+
+def test_trajectory_waits_for_a_call_in_flight_then_gives_what_it_has(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cassette = tmp_path / "c.json"
+    cassette.write_text(cassette_text(BOOKING_TURNS))
+    events = [*turn_events(BOOKING_TURNS[:1]), {"event": "request_started", "id": "never-ends"}]
+    script(tmp_path, monkeypatch, events=events)
+    monkeypatch.setattr("flowproof.runner.session.SETTLE_SECONDS", 0.5)
+    session = ProxySession(cassette, ca=ca_files).start()
+    try:
+        scripted_events_written(session, len(events))
+        started = time.monotonic()
+        calls = session.trajectory().tool_calls
+        assert time.monotonic() - started >= 0.5
+        assert [c.name for c in calls] == ["search_flights"]
+    finally:
+        session.close()
