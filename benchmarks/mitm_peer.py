@@ -1,0 +1,49 @@
+"""``mitmdump -s`` script for the plain-mitmproxy peers of benchmarks/run.py.
+
+- ``--set bench_upstream=http://127.0.0.1:PORT`` sends api.openai.com's calls to
+  the fake model server, the way flowproof's ``--upstream`` does (scheme, host,
+  port; the Host header follows).
+- ``--set bench_tap=true`` streams every response body through a tap that
+  keeps a copy of each chunk: a pass-through stream tap, what a recorder must
+  at least do, and the peer flowproof's record-mode time to first chunk is
+  measured against.
+
+Not loaded for ``--server-replay``: that peer never reaches an upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from mitmproxy import ctx, http
+from mitmproxy.addonmanager import Loader
+
+
+class BenchPeer:
+    def load(self, loader: Loader) -> None:
+        loader.add_option("bench_upstream", str, "", "http://host:port that api.openai.com goes to")
+        loader.add_option("bench_tap", bool, False, "stream response bodies through a copying tap")
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        target = ctx.options.bench_upstream
+        if target and flow.request.pretty_host == "api.openai.com":
+            parts = urlsplit(target)
+            flow.request.scheme = parts.scheme
+            flow.request.host = parts.hostname or "127.0.0.1"
+            flow.request.port = parts.port or 80
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if ctx.options.bench_tap and flow.response is not None:
+            flow.response.stream = _tap([])
+
+
+def _tap(kept: list[bytes]) -> Callable[[bytes], bytes]:
+    def feed(chunk: bytes) -> bytes:
+        kept.append(chunk)
+        return chunk
+
+    return feed
+
+
+addons = [BenchPeer()]
