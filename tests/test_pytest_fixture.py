@@ -91,6 +91,26 @@ def ca_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ca_dir
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _sdk_stack_loaded_outside_pytester() -> None:
+    """Load the SDK's HTTP stack in this process before any in-process pytester run.
+
+    pytester drops every module first imported during its run. openai imports its transport
+    (httpcore2, h11, its chat resources) on the first request, so when that request happened
+    inside a run, later tests in this process got a second copy whose exceptions the first
+    copy's handlers no longer map (tests/testing saw raw httpcore errors instead of
+    APIConnectionError, and only after this file had run)."""
+    import openai
+
+    with FakeModelServer([Reply.text("warm"), Reply.text("cut here", cut_after=1)]) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-test-fake-model", max_retries=0)
+        messages: list = [{"role": "user", "content": "hi"}]
+        list(client.chat.completions.create(model="m", messages=messages, stream=True))
+        with pytest.raises(openai.APIConnectionError):
+            list(client.chat.completions.create(model="m", messages=messages, stream=True))
+        client.close()
+
+
 def clean_environment(ca_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED and k != "PYTEST_CURRENT_TEST"}
     env["FLOWPROOF_CA_DIR"] = str(ca_dir)
