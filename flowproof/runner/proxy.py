@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import json
 import os
 import re
 import shutil
@@ -153,22 +152,10 @@ def build_command(settings: ProxySettings, script: Path, reverse_ports: dict[str
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """Parse a JSON-lines event log; a partial or garbled last line is skipped (still being written)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    events: list[dict[str, Any]] = []
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            events.append(obj)
-    return events
+    """Parse a JSON-lines event log; a partial or garbled last line is skipped (still being written).
+
+    One whole read: pollers keep an `EventTail`, which parses only what was appended."""
+    return EventTail(path).read()
 
 
 def _listen_entries(ready: dict[str, Any]) -> list[tuple[str, str, int]]:
