@@ -176,19 +176,15 @@ def _listen_entries(ready: dict[str, Any]) -> list[tuple[str, str, int]]:
     return out
 
 
-@dataclass(slots=True)
-class RunningProxy:
-    """A started mitmdump. Use as a context manager, or call `stop` yourself."""
+class ProxyEndpoints:
+    """What a flow reads off its proxy, whether its own mitmdump (`RunningProxy`) or a session
+    on a shared one (`runner.warm.WarmSession`): the URLs to hand the agent, and its event log."""
 
+    __slots__ = ()
     settings: ProxySettings
-    process: subprocess.Popen[bytes]
     port: int
     reverse_ports: dict[str, int]
-    startup_seconds: float
-    _stderr_path: Path
-    _scratch: tempfile.TemporaryDirectory[str] | None = None
-    _stopped: bool = field(default=False)
-    _tail: EventTail | None = None
+    _tail: EventTail | None
 
     @property
     def url(self) -> str:
@@ -205,6 +201,21 @@ class RunningProxy:
         if self._tail is None:
             self._tail = EventTail(self.settings.report)
         return self._tail.read()
+
+
+@dataclass(slots=True)
+class RunningProxy(ProxyEndpoints):
+    """A started mitmdump. Use as a context manager, or call `stop` yourself."""
+
+    settings: ProxySettings
+    process: subprocess.Popen[bytes]
+    port: int
+    reverse_ports: dict[str, int]
+    startup_seconds: float
+    _stderr_path: Path
+    _scratch: tempfile.TemporaryDirectory[str] | None = None
+    _stopped: bool = field(default=False)
+    _tail: EventTail | None = None
 
     def is_alive(self) -> bool:
         """True while mitmdump is running."""

@@ -37,6 +37,7 @@ from typing import Any, Self
 from flowproof.errors import ProxyError
 from flowproof.runner.eventtail import EventTail
 from flowproof.runner.proxy import (
+    ProxyEndpoints,
     ProxySettings,
     _die_with_parent,
     _signal_group,
@@ -123,7 +124,7 @@ def session_request(settings: ProxySettings) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
-class WarmSession:
+class WarmSession(ProxyEndpoints):
     """One flow's session on a `WarmProxy`; used like `runner.proxy.RunningProxy`."""
 
     settings: ProxySettings
@@ -134,22 +135,6 @@ class WarmSession:
     _sock: socket.socket
     _stopped: bool = field(default=False)
     _tail: EventTail | None = None
-
-    @property
-    def url(self) -> str:
-        """The explicit-proxy URL handed to the agent as HTTPS_PROXY."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def reverse_urls(self) -> dict[str, str]:
-        """Model host -> the plain-http base URL of its reverse listener."""
-        return {h: f"http://127.0.0.1:{p}" for h, p in self.reverse_ports.items()}
-
-    def events(self) -> list[dict[str, Any]]:
-        """Every complete event of this flow's log so far (each line parsed once: `EventTail`)."""
-        if self._tail is None:
-            self._tail = EventTail(self.settings.report)
-        return self._tail.read()
 
     def is_alive(self) -> bool:
         """True while the proxy runs and the session is open."""
