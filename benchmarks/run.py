@@ -51,7 +51,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
-import scale  # benchmarks/ is a folder of scripts, not a package: found through sys.path
+import scale  # noqa: E402 — benchmarks/ is a folder of scripts, not a package: found through sys.path
 
 AGENT = BENCH / "agent.py"
 PEER_SCRIPT = BENCH / "mitm_peer.py"
@@ -581,7 +581,9 @@ def render(args: argparse.Namespace, info: dict[str, Any], result: dict[str, Any
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="flowproof against its peers, one table")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round, 10 calls, json seq and sse c8 only, small scale")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: 1 round, 10 calls, json seq and sse c8 only, small scale"
+    )
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; --quick 1)")
     parser.add_argument("--calls", type=int, default=None, help="calls per process (default 30; --quick 10)")
     parser.add_argument("--concurrency", type=int, default=8)

@@ -15,8 +15,8 @@
   for the same conversation walks the whole cassette).
 
 Times are CPU time of the process (``time.process_time``), not wall
-time, so a busy machine inflates them little. Filler turns carry ~2 KB bodies (a 10,000-turn cassette of 33 KB bodies would
-be 330 MB); the turns that are requested carry ~33 KB ones.
+time, so a busy machine inflates them little. Filler turns carry ~2 KB bodies
+(a 10,000-turn cassette of 33 KB bodies would be 330 MB); the turns that are requested carry ~33 KB ones.
 
     .venv/bin/python benchmarks/run.py --only-scale [--quick]
 """

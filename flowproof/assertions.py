@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowproof.model import ToolCall
-from flowproof.spec.patterns import PatternTimeout, compile_bounded
 from flowproof.spec.paths import resolve_path
+from flowproof.spec.patterns import PatternTimeout, compile_bounded
 from flowproof.spec.types import (
     Clause,
     FlowSpec,

@@ -33,7 +33,7 @@ from flowproof.errors import FlowFailure, FlowproofError
 from flowproof.runner.collect import FLOW_SUFFIX
 from flowproof.runner.env import CAFiles, default_ca_dir, ensure_ca
 from flowproof.runner.flow import MODES, RunOptions, run_flow
-from flowproof.runner.report import render_flow, next_step
+from flowproof.runner.report import next_step, render_flow
 from flowproof.runner.session import ProxySession, session_report
 from flowproof.runner.warm import ProxyPool, warm_enabled
 from flowproof.spec import load_spec

@@ -578,19 +578,42 @@ class TestMismatches:
         (result,) = run(traj, step)
         assert not result.passed
         assert [m.to_json() for m in result.mismatches] == [
-            {"matcher": "equals", "path": "flight.id", "expected": "KQ999", "actual": "KQ311", "tool": "create_booking", "call": 2},
-            {"matcher": "exists", "path": "seat", "expected": None, "actual": None, "tool": "create_booking", "call": 2},
+            {
+                "matcher": "equals",
+                "path": "flight.id",
+                "expected": "KQ999",
+                "actual": "KQ311",
+                "tool": "create_booking",
+                "call": 2,
+            },
+            {
+                "matcher": "exists",
+                "path": "seat",
+                "expected": None,
+                "actual": None,
+                "tool": "create_booking",
+                "call": 2,
+            },
         ]
         assert 'flight.id is "KQ311", not "KQ999"' in result.message
 
     def test_the_actual_value_keeps_its_json_type(self) -> None:
-        (result,) = run(trajectory(call("book", {"seats": [1, 2]})), call_step("book", clause("seats", Matcher.CONTAINS, "3")))
+        (result,) = run(
+            trajectory(call("book", {"seats": [1, 2]})), call_step("book", clause("seats", Matcher.CONTAINS, "3"))
+        )
         assert [(m.matcher, m.actual) for m in result.mismatches] == [("contains", [1, 2])]
 
     def test_a_tool_never_called_lists_what_was(self) -> None:
         (result,) = run(trajectory(call("search_flights", {})), call_step("create_booking"))
         assert [m.to_json() for m in result.mismatches] == [
-            {"matcher": "called", "path": None, "expected": "create_booking", "actual": ["search_flights"], "tool": "create_booking", "call": None}
+            {
+                "matcher": "called",
+                "path": None,
+                "expected": "create_booking",
+                "actual": ["search_flights"],
+                "tool": "create_booking",
+                "call": None,
+            }
         ]
 
     def test_out_of_order_names_the_early_call(self) -> None:
@@ -611,7 +634,9 @@ class TestMismatches:
 
     def test_the_reply_and_its_absence(self) -> None:
         (wrong,) = run(trajectory(reply="Sold out."), reply_step("booked"))
-        assert [(m.matcher, m.expected, m.actual) for m in wrong.mismatches] == [("reply contains", "booked", "Sold out.")]
+        assert [(m.matcher, m.expected, m.actual) for m in wrong.mismatches] == [
+            ("reply contains", "booked", "Sold out.")
+        ]
         (none,) = run(trajectory(reply=None), reply_step("booked"))
         assert [(m.matcher, m.actual) for m in none.mismatches] == [("reply contains", None)]
 
@@ -623,7 +648,9 @@ class TestMismatches:
         ]
 
     def test_a_pass_carries_no_mismatch(self) -> None:
-        results = run(trajectory(call("book", {"a": 1})), call_step("book", clause("a", Matcher.EQUALS, "1")), no_call("refund"))
+        results = run(
+            trajectory(call("book", {"a": 1})), call_step("book", clause("a", Matcher.EQUALS, "1")), no_call("refund")
+        )
         assert all(r.passed and r.mismatches == () for r in results)
 
     def test_every_matcher_is_a_listed_kind(self) -> None:

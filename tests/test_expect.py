@@ -7,7 +7,13 @@ import pytest
 import flowproof
 from flowproof.cassette import loads_cassette
 from flowproof.errors import SpecError
-from flowproof.expect import TrajectoryAssertionError, assert_no_tool_call, assert_reply, assert_tool_call, cassette_trajectory
+from flowproof.expect import (
+    TrajectoryAssertionError,
+    assert_no_tool_call,
+    assert_reply,
+    assert_tool_call,
+    cassette_trajectory,
+)
 
 from .runner.helpers import BOOKING_TURNS, cassette_text
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from flowproof.assertions import Mismatch
 from flowproof.cassette import turn_from_json, turn_views
 from flowproof.compare import compare_responses
 from flowproof.divergence import ABSENT, Divergence, FieldChange
 from flowproof.events import DivergenceEvent, DoneEvent, DriftEvent
 from flowproof.findings import FINDING_KINDS, findings
-from flowproof.assertions import Mismatch
 from flowproof.verdict import StepResult
 
 from .runner.helpers import chat_turn
@@ -23,7 +23,9 @@ def divergence(**kw: Any) -> dict[str, Any]:
         FieldChange("messages.2.tool_calls.0.function.arguments", "{}", "{}", inner="flight.id"),
         FieldChange("model", "gpt-4o", ABSENT),
     )
-    base: dict[str, Any] = dict(kind="unmatched", request_number=2, closest_index=1, fields=fields, hint="add a volatile rule")
+    base: dict[str, Any] = dict(
+        kind="unmatched", request_number=2, closest_index=1, fields=fields, hint="add a volatile rule"
+    )
     base.update(kw)
     return Divergence(**base).to_json()
 
@@ -81,7 +83,14 @@ class TestFindings:
     def test_equal_and_unpaired_compare_results(self) -> None:
         """Equal results are no finding; a missing one is a drift finding naming its kind and reason."""
         equal = {"kind": "paired", "equal": True, "turn": 0, "thread": 0, "differences": []}
-        missing = {"kind": "missing", "equal": False, "turn": 3, "thread": 1, "differences": [], "reason": "never reached"}
+        missing = {
+            "kind": "missing",
+            "equal": False,
+            "turn": 3,
+            "thread": 1,
+            "differences": [],
+            "reason": "never reached",
+        }
         out = findings([DoneEvent((3,))], [], mode="compare", compare=[equal, missing])
         assert [(f["kind"], f["detail"], f["turn"], f["thread"], f["message"]) for f in out] == [
             ("drift", "missing", 3, 1, "never reached")
@@ -91,7 +100,9 @@ class TestFindings:
         """A compare result that lists differences path by path gives one finding each."""
         result = {"turn": 2, "thread": 1, "differences": [{"path": "text", "recorded": "a", "live": "b"}]}
         out = findings([DriftEvent("1", "drift", result)], [], mode="compare")
-        assert [(f["turn"], f["thread"], f["path"], f["recorded"], f["live"]) for f in out] == [(2, 1, "text", "a", "b")]
+        assert [(f["turn"], f["thread"], f["path"], f["recorded"], f["live"]) for f in out] == [
+            (2, 1, "text", "a", "b")
+        ]
 
     def test_unmatched_live_request_and_fewer_calls_are_drift(self) -> None:
         """Compare: a request matching nothing (its other side is `live`) and a recorded call never
@@ -99,11 +110,19 @@ class TestFindings:
         events = [DriftEvent("1", "no match", None, divergence()), DoneEvent((4,))]
         out = findings(events, [], mode="compare")
         assert {f["kind"] for f in out} == {"drift"}
-        assert out[0]["live"] == "{}" and out[0]["replayed"] is None and out[-1]["detail"] == "missing" and out[-1]["turn"] == 4
+        assert (
+            out[0]["live"] == "{}"
+            and out[0]["replayed"] is None
+            and out[-1]["detail"] == "missing"
+            and out[-1]["turn"] == 4
+        )
 
     def test_failed_steps_and_the_error(self) -> None:
         """A failed step is an `assertion` finding with its location; an error alone is an `error`."""
-        steps = [StepResult(True, "ok", None, "a"), StepResult(False, "expected x", "f.yaml:9:5", "assert_tool_call: x")]
+        steps = [
+            StepResult(True, "ok", None, "a"),
+            StepResult(False, "expected x", "f.yaml:9:5", "assert_tool_call: x"),
+        ]
         out = findings([], steps, mode="replay")
         assert [(f["kind"], f["location"], f["detail"], f["message"]) for f in out] == [
             ("assertion", "f.yaml:9:5", "assert_tool_call: x", "expected x")

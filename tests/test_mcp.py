@@ -11,17 +11,17 @@ from flowproof.mcp import (
     INVALID_REQUEST,
     PARSE_ERROR,
     Answer,
+    Body,
     Forward,
     McpExchange,
     McpReplayer,
     Reject,
-    calls_from_events,
     call_tool_result,
+    calls_from_events,
     decide,
     exchange_from_json,
     exchange_key,
     exchange_to_json,
-    Body,
     parse_body,
 )
 
@@ -112,7 +112,7 @@ class TestDecide:
             '{"jsonrpc": "2.0", "id": 1, "method": 5}': '"method"',
             '{"jsonrpc": "2.0", "id": 1, "method": "x", "params": 3}': '"params"',
             '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}': "params.name",
-            '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t", "arguments": []}}': "arguments",
+            '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t", "arguments": []}}': "arguments",  # noqa: E501
             '{"jsonrpc": "2.0", "id": 1}': "exactly one",
             "[1]": "batch item 0",
         }
@@ -220,7 +220,9 @@ class TestReplay:
         assert [d["id"] for d in datas] == [1, 9]
 
     def test_json_round_trip_and_bad_entries(self) -> None:
-        exchange = self.exchange(3, {"jsonrpc": "2.0", "id": 1, "method": "x"}, {"jsonrpc": "2.0", "id": 1, "result": {}})
+        exchange = self.exchange(
+            3, {"jsonrpc": "2.0", "id": 1, "method": "x"}, {"jsonrpc": "2.0", "id": 1, "result": {}}
+        )
         doc = exchange_to_json(exchange)
         assert doc["response"]["session"] == "flowproof-mcp-session"
         assert exchange_from_json(json.loads(json.dumps(doc)), 0) == exchange

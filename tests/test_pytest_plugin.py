@@ -67,7 +67,9 @@ class TestCollection:
         self, pytester: pytest.Pytester, flows: Path
     ) -> None:
         """A broken spec is collected under its file stem and fails with file:line, no traceback."""
-        (flows / "broken.flow.yaml").write_text("name: x\napp: agent\nagent:\n  command: a\nsteps:\n  - assert_tool_call: 'q where a matches ['\n")
+        (flows / "broken.flow.yaml").write_text(
+            "name: x\napp: agent\nagent:\n  command: a\nsteps:\n  - assert_tool_call: 'q where a matches ['\n"
+        )
         res = pytester.runpytest("specs/broken.flow.yaml", "-v")
         res.assert_outcomes(failed=1)
         text = res.stdout.str()

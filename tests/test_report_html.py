@@ -62,7 +62,12 @@ def flow(**overrides: Any) -> dict[str, Any]:
         "cassette": "example_specs/booking.cassette.json",
         "error": None,
         "steps": [
-            {"passed": True, "source": "search_flights where destination contains NBO", "message": "ok", "location": None}
+            {
+                "passed": True,
+                "source": "search_flights where destination contains NBO",
+                "message": "ok",
+                "location": None,
+            }
         ],
         "findings": [],
         "compare": None,
@@ -137,15 +142,25 @@ class TestConversationData:
         assert data["reply"] == "You're booked on KQ311: B-1042."
 
     def test_arguments_that_are_not_json_are_shown_as_sent(self) -> None:
-        turn = Turn(0, request(), ResponseView("", calls(("search_flights", "{destination: NBO")), FinishReason.TOOL_CALLS))
+        turn = Turn(
+            0, request(), ResponseView("", calls(("search_flights", "{destination: NBO")), FinishReason.TOOL_CALLS)
+        )
         data = conversation_json(build_trajectory([turn]))
         assert data["threads"][0]["turns"][0]["response"]["tool_calls"][0]["arguments"] == "{destination: NBO"
         assert data["reply"] is None and "tool call to search_flights" in data["reply_absent_reason"]
 
     def test_threads_are_numbered_by_first_turn_and_the_main_one_is_marked(self) -> None:
         """A side conversation (another system prompt) is its own thread; the reply's thread is main."""
-        side = Turn(1, request(prompt="Title this chat", system="You write titles."), ResponseView("Trip", (), FinishReason.STOP))
-        turns = [BOOKING_TURNS[0], side, *(Turn(i + 1, t.request, t.response) for i, t in enumerate(BOOKING_TURNS[1:], 1))]
+        side = Turn(
+            1,
+            request(prompt="Title this chat", system="You write titles."),
+            ResponseView("Trip", (), FinishReason.STOP),
+        )
+        turns = [
+            BOOKING_TURNS[0],
+            side,
+            *(Turn(i + 1, t.request, t.response) for i, t in enumerate(BOOKING_TURNS[1:], 1)),
+        ]
         data = conversation_json(build_trajectory(turns))
         assert [(t["number"], t["main"], t["system"]) for t in data["threads"]] == [
             (0, True, SYSTEM),
@@ -312,7 +327,9 @@ class TestUntrustedText:
         turn = Turn(
             0,
             request(prompt=HOSTILE, results=(ToolResult("c", "</pre><b>x", HOSTILE),)),
-            ResponseView(HOSTILE, calls(("<i>tool</i>", '{"q": "' + HOSTILE.replace('"', "'") + '"}')), FinishReason.STOP),
+            ResponseView(
+                HOSTILE, calls(("<i>tool</i>", '{"q": "' + HOSTILE.replace('"', "'") + '"}')), FinishReason.STOP
+            ),
         )
         bad = flow(
             name=HOSTILE, spec=HOSTILE, passed=False, exit_code=3, error=HOSTILE, next=HOSTILE,
@@ -341,14 +358,21 @@ class TestUntrustedText:
         assert all("src" not in attrs for _tag, attrs in parsed.tags)
         assert [a["href"] for tag, a in parsed.tags if "href" in a and not str(a["href"]).startswith("#")] == []
         assert "link" not in parsed.names() and "iframe" not in parsed.names()
-        [csp] = [a["content"] for tag, a in parsed.tags if tag == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+        [csp] = [
+            a["content"] for tag, a in parsed.tags if tag == "meta" and a.get("http-equiv") == "Content-Security-Policy"
+        ]
         assert csp == CSP and "default-src 'none'" in csp and "script-src" not in csp
         style = re.search(r"<style>(.*?)</style>", self.hostile_page(), re.DOTALL)
         assert style is not None and "url(" not in style.group(1) and "@import" not in style.group(1)
 
     @pytest.mark.parametrize(
         ("raw", "shown"),
-        [("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"), ("a\x00b", "a\\x00b"), ("\ud800", "\\ud800"), ("a\x85b", "a\\x85b")],
+        [
+            ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
+            ("a\x00b", "a\\x00b"),
+            ("\ud800", "\\ud800"),
+            ("a\x85b", "a\\x85b"),
+        ],
     )
     def test_invisible_characters_are_made_visible(self, raw: str, shown: str) -> None:
         html = page(flow(agent={"stdout": "", "stderr": raw}))

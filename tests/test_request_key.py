@@ -88,5 +88,7 @@ class TestPathFields:
 
     def test_a_body_only_api_keys_on_the_body_hash_alone(self):
         """No path fields: the key is the hash, as in every cassette recorded before them."""
-        prepared = prepare_request(codec_by_name("openai-chat"), b'{"model":"m"}', {}, Normalizer(), "/v1/chat/completions")
+        prepared = prepare_request(
+            codec_by_name("openai-chat"), b'{"model":"m"}', {}, Normalizer(), "/v1/chat/completions"
+        )
         assert prepared.key == prepared.sha256 and match_key("ab", {}) == "ab"

@@ -151,16 +151,19 @@ VALID = {
         "tools:\n  - name: search_flights\n    result: { flights: [ { id: KQ311 } ] }\n  - name: create_booking\n",
         "tools:\n",
     ).replace("  - assert_tool_call: search_flights\n", ""),
-    "result null counts as a result": BASE.replace("  - name: create_booking\n", "  - name: create_booking\n    result: null\n"),
+    "result null counts as a result": BASE.replace(
+        "  - name: create_booking\n", "  - name: create_booking\n    result: null\n"
+    ),
     "mcp tool without result (a declaration)": BASE
     + "mcp:\n  - name: exports\n    url: http://127.0.0.1:9000/mcp\n    tools:\n      - name: export\n",
     "allow_error_turns": BASE + "allow_error_turns: true\n",
     "mcp with a variable url": BASE
-    + "mcp:\n  - name: exports\n    url: ${EXPORT_MCP_URL}\n    tools:\n      - name: export\n        result: { ok: false }\n",
+    + "mcp:\n  - name: exports\n    url: ${EXPORT_MCP_URL}\n    tools:\n      - name: export\n        result: { ok: false }\n",  # noqa: E501
     "presets and rules": BASE
     + "volatile:\n  - claude-code\n  - codex\n  - name: run_date\n    path: messages.*.content\n"
     "    pattern: '\\d{4}-\\d{2}-\\d{2}'\n  - name: item_ids\n    path: input.*.id\n",
-    "strict, cassette, on_compare": BASE + "strict: true\ncassette: cassettes/booking.json\non_compare: my_checks.drift:on_drift\n",
+    "strict, cassette, on_compare": BASE
+    + "strict: true\ncassette: cassettes/booking.json\non_compare: my_checks.drift:on_drift\n",
     "every step kind": BASE
     + "  - assert_tool_call: create_booking where flight.id equals KQ311 and passengers.0.name contains Casey\n"
     "  - assert_no_tool_call: create_booking where status is approved\n"

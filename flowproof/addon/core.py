@@ -226,7 +226,11 @@ class Flowproof:
         self.shared, self.mcp, self.concern = state.shared, state.mcp, state.concern
 
         # (The option belongs to mitmproxy's proxyserver addon, absent in bare test contexts.)
-        if wants_lazy(state.shared) and "connection_strategy" in ctx.options and ctx.options.connection_strategy != "lazy":
+        if (
+            wants_lazy(state.shared)
+            and "connection_strategy" in ctx.options
+            and ctx.options.connection_strategy != "lazy"
+        ):
             ctx.options.update(connection_strategy="lazy")
 
     @staticmethod

@@ -243,7 +243,9 @@ class McpBoundary:
             exchange_events = tuple(e.data for e in pending.events if e.data)
         elif "text/event-stream" in ctype.lower():
             decoder = SSEDecoder()
-            exchange_events = tuple(e.data for e in [*decoder.feed(response.content or b""), *decoder.close()] if e.data)
+            exchange_events = tuple(
+                e.data for e in [*decoder.feed(response.content or b""), *decoder.close()] if e.data
+            )
         elif response.content:
             try:
                 body = json.loads(response.content)

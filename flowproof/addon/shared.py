@@ -18,8 +18,8 @@ from flowproof.addon.options import AddonConfig
 from flowproof.commands import addon_record_command, record_command
 from flowproof.events import DoneEvent, ErrorEvent, RequestStartedEvent
 from flowproof.log import addon_logger
-from flowproof.redact import redact_url
 from flowproof.mcp import McpExchange
+from flowproof.redact import redact_url
 from flowproof.replay import Replayer
 from flowproof.request_key import PreparedRequest, prepare_request
 from flowproof.wire import Codec, detect, is_model_host, normalize_host

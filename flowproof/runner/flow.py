@@ -35,6 +35,8 @@ from flowproof.errors import (
     Interrupted,
 )
 from flowproof.events import Event, McpRejectedEvent, TurnEvent, parse_events
+from flowproof.guard import guard_evidence
+from flowproof.mcp import calls_from_events
 from flowproof.model import Turn
 from flowproof.runner.agents import AgentRun, EventSource, run_command_agent, run_url_agent
 from flowproof.runner.env import (
@@ -64,8 +66,6 @@ from flowproof.runner.recording import Staging
 from flowproof.runner.warm import ProxyPool, WarmSession, warm_key
 from flowproof.spec import FlowSpec, load_spec, resolve_variables
 from flowproof.spec.types import AgentSpec, ToolCallAssertion
-from flowproof.guard import guard_evidence
-from flowproof.mcp import calls_from_events
 from flowproof.trajectory import MCP, boundary_of, build_trajectory
 from flowproof.verdict import StepResult, decide_exit
 from flowproof.wire.providers import reverse_hosts

@@ -199,7 +199,8 @@ class ProxyEndpoints:
     def events(self) -> list[dict[str, Any]]:
         """Every complete event written to the log so far (each line parsed once: `EventTail`)."""
         if self._tail is None:
-            self._tail = EventTail(self.settings.report)
+            # Each subclass declares the `_tail` slot; the base's empty __slots__ keeps them slotted.
+            self._tail = EventTail(self.settings.report)  # type: ignore[misc]
         return self._tail.read()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from flowproof.cassette import Cassette
+from flowproof.compare import junit_cases, report_json, report_lines
 from flowproof.errors import (
     EXIT_AGENT,
     EXIT_ASSERTION,
@@ -24,11 +25,10 @@ from flowproof.errors import (
     EXIT_USAGE,
     FlowproofError,
 )
-from flowproof.compare import junit_cases, report_json, report_lines
 from flowproof.findings import findings
 from flowproof.heal import readable_turns, short_text
-from flowproof.trajectory import build_trajectory
 from flowproof.runner.flow import FlowResult
+from flowproof.trajectory import build_trajectory
 
 PASS, FAIL = "✓", "✗"
 #: Agent output shown in a failing report (the tail: errors come last).

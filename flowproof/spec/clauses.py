@@ -10,8 +10,8 @@ Grammar (``assert_tool_call:`` / ``assert_no_tool_call:``)::
 ``is absent`` / ``is missing`` are recognised before ``is`` (so ``x is absent``
 never means "equals the text absent"). A value runs unquoted to the end of its
 clause, that is up to the next ``and`` word, and keeps its inner spacing and any
-quote characters. ``matches`` patterns are compiled here (time-bounded, see `flowproof.spec.patterns`), unless they hold a
-``${VAR}`` (then ``resolve_variables`` compiles them).
+quote characters. ``matches`` patterns are compiled here (time-bounded, see
+`flowproof.spec.patterns`), unless they hold a ``${VAR}`` (then ``resolve_variables`` compiles them).
 
 Errors point at the offending token: ``location`` is where the line starts in
 the file, and with ``offsets=True`` a token's column is ``location.col`` plus its

@@ -24,7 +24,12 @@ STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tok
 def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
     stop = STOP_REASONS[reply.finish_reason]
     ids = ctx.tool_call_ids(reply.calls, "toolu_fake_", "toolu_01")
-    message = {"id": ctx.ident(f"msg_fake_{ctx.n}", "msg_01", "message"), "type": "message", "role": "assistant", "model": ctx.model}
+    message = {
+        "id": ctx.ident(f"msg_fake_{ctx.n}", "msg_01", "message"),
+        "type": "message",
+        "role": "assistant",
+        "model": ctx.model,
+    }
     usage = {"input_tokens": ctx.input_tokens, "cache_creation_input_tokens": 0,
              "cache_read_input_tokens": 0, "output_tokens": ctx.output_tokens}
     if not stream:

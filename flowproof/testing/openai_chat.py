@@ -22,8 +22,12 @@ def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
     usage = {"prompt_tokens": ctx.input_tokens, "completion_tokens": ctx.output_tokens,
              "total_tokens": ctx.input_tokens + ctx.output_tokens}
     ids = ctx.tool_call_ids(reply.calls, "call_fake_", "call_")
-    base = {"id": ctx.ident(f"chatcmpl-fake-{ctx.n}", "chatcmpl-", "completion", length=29), "object": "chat.completion", "created": FIXED_CREATED,
-            "model": ctx.model}
+    base = {
+        "id": ctx.ident(f"chatcmpl-fake-{ctx.n}", "chatcmpl-", "completion", length=29),
+        "object": "chat.completion",
+        "created": FIXED_CREATED,
+        "model": ctx.model,
+    }
     if not stream:
         message: dict[str, Any] = {"role": "assistant",
                                    "content": reply.content if (reply.content or not reply.calls) else None,

@@ -39,20 +39,39 @@ def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
 
     def response(state: str, output: list[dict[str, Any]], done: bool) -> dict[str, Any]:
         return {
-            "id": ctx.ident(f"resp_fake_{ctx.n}", "resp_", "response", length=48), "object": "response", "created_at": FIXED_CREATED,
-            "status": state, "background": False, "completed_at": FIXED_CREATED if state == "completed" else None,
+            "id": ctx.ident(f"resp_fake_{ctx.n}", "resp_", "response", length=48),
+            "object": "response",
+            "created_at": FIXED_CREATED,
+            "status": state,
+            "background": False,
+            "completed_at": FIXED_CREATED if state == "completed" else None,
             "error": None,
             "incomplete_details": {"reason": INCOMPLETE_REASONS[finish]} if state == "incomplete" else None,
             "instructions": instructions if isinstance(instructions, (str, list)) else None,
-            "max_output_tokens": ctx.body.get("max_output_tokens"), "model": ctx.model,
-            "output": output, "parallel_tool_calls": True, "previous_response_id": None,
-            "reasoning": {"effort": None, "summary": None}, "store": True, "temperature": 1.0,
-            "text": {"format": {"type": "text"}}, "tool_choice": "auto",
-            "tools": tools if isinstance(tools, list) else [], "top_p": 1.0, "truncation": "disabled",
-            "usage": {"input_tokens": ctx.input_tokens, "input_tokens_details": {"cached_tokens": 0},
-                      "output_tokens": ctx.output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
-                      "total_tokens": ctx.input_tokens + ctx.output_tokens} if done else None,
-            "user": None, "metadata": {},
+            "max_output_tokens": ctx.body.get("max_output_tokens"),
+            "model": ctx.model,
+            "output": output,
+            "parallel_tool_calls": True,
+            "previous_response_id": None,
+            "reasoning": {"effort": None, "summary": None},
+            "store": True,
+            "temperature": 1.0,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": "auto",
+            "tools": tools if isinstance(tools, list) else [],
+            "top_p": 1.0,
+            "truncation": "disabled",
+            "usage": {
+                "input_tokens": ctx.input_tokens,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": ctx.output_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": ctx.input_tokens + ctx.output_tokens,
+            }
+            if done
+            else None,
+            "user": None,
+            "metadata": {},
         }
 
     if not stream:

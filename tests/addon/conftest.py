@@ -347,7 +347,9 @@ def run_agent(port: int | None, bundle: Path, timeout: float = 60.0, **env: str)
         proxy = f"http://127.0.0.1:{port}"
         child_env.update(HTTPS_PROXY=proxy, https_proxy=proxy)
     child_env.update(SSL_CERT_FILE=str(bundle), **env)
-    done = subprocess.run([sys.executable, str(AGENT)], env=child_env, capture_output=True, timeout=timeout, check=False)
+    done = subprocess.run(
+        [sys.executable, str(AGENT)], env=child_env, capture_output=True, timeout=timeout, check=False
+    )
     try:
         out = json.loads(done.stdout.decode().strip().splitlines()[-1])
     except (IndexError, ValueError):

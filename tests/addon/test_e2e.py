@@ -78,7 +78,9 @@ TOOL_SCRIPT = [Reply.tool_call("search_flights", {"dest": "NBO"}), Reply.text("B
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory, ca_bundle: tuple[Path, Path]) -> Iterator[tuple[Path, dict[str, Any]]]:
+def recorded(
+    tmp_path_factory: pytest.TempPathFactory, ca_bundle: tuple[Path, Path]
+) -> Iterator[tuple[Path, dict[str, Any]]]:
     """One recorded two-turn openai conversation, shared by the replay tests (which never write it)."""
     s = Session(tmp_path_factory.mktemp("recorded"), ca_bundle)
     try:

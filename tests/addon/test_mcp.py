@@ -69,7 +69,9 @@ def events_of(log: Path) -> list[dict[str, Any]]:
 def respond(flow: http.HTTPFlow, body: Any, ctype: str = "application/json", **headers: str) -> None:
     flow.response = tutils.tresp(
         status_code=200,
-        headers=http.Headers([(b"content-type", ctype.encode()), *((k.encode(), v.encode()) for k, v in headers.items())]),
+        headers=http.Headers(
+            [(b"content-type", ctype.encode()), *((k.encode(), v.encode()) for k, v in headers.items())]
+        ),
         content=body if isinstance(body, bytes) else json.dumps(body).encode(),
     )
 

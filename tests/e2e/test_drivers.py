@@ -109,7 +109,7 @@ def flowproof_env(flowproof: Flowproof, port: int) -> dict[str, str]:
 
 @pytest.fixture
 def url_agent(flowproof: Flowproof) -> Iterator[Callable[[int], str]]:
-    """Starts tests/e2e/agents/url_agent.py with the exports for a proxy port; returns its URL. Stopped after the test."""
+    """Starts tests/e2e/agents/url_agent.py with the exports for a proxy port; returns its URL. Stopped after the test."""  # noqa: E501
     started: list[subprocess.Popen[str]] = []
 
     def start(proxy_port: int) -> str:
@@ -134,7 +134,7 @@ class TestUrlAgent:
     def test_a_running_service_records_and_replays_through_a_fixed_proxy_port(
         self, tmp_path: Path, flowproof: Flowproof, fake_model: Fake, url_agent: Callable[[int], str]
     ) -> None:
-        """A service started with `flowproof env --proxy-port N` records and replays under `flowproof-run --proxy-port N`."""
+        """A service started with `flowproof env --proxy-port N` records and replays under `flowproof-run --proxy-port N`."""  # noqa: E501
         port = free_port()
         url = url_agent(port)
         spec = write_spec(tmp_path / "support.flow.yaml", "\n".join([

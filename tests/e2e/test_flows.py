@@ -111,7 +111,7 @@ class TestRecordingRejected:
     def test_a_failing_assertion_mints_no_cassette(
         self, examples: Path, flowproof: Flowproof, fake_model: Fake
     ) -> None:
-        """An assertion failing at record time exits 1, leaves the old cassette as it was and keeps the rejected recording."""
+        """An assertion failing at record time exits 1, leaves the old cassette as it was and keeps the rejected recording."""  # noqa: E501
         spec, cassette, script = booking(examples)
         spec.write_text(spec.read_text(encoding="utf-8").replace(
             "reply contains booked", "reply contains cancelled"), encoding="utf-8")

@@ -73,7 +73,9 @@ class TestPerCallLines:
         for call in calls:
             assert set(call) == {"event", "level", "timestamp", "flow", "provider", "model", "outcome", "turn", "ms"}
             assert call["level"] == "info" and isinstance(call["ms"], float)
-            by_flow.setdefault(call["flow"], []).append((call["provider"], call["model"], call["outcome"], call["turn"]))
+            by_flow.setdefault(call["flow"], []).append(
+                (call["provider"], call["model"], call["outcome"], call["turn"])
+            )
         assert by_flow == {
             BOOKING: [("openai-chat", "gpt-4o-mini", "matched", t) for t in range(3)],
             REFUND: [("anthropic", "claude-haiku-4-5", "matched", t) for t in range(2)],

@@ -90,7 +90,7 @@ class TestNodeAgent:
     def test_node_openai_package_records_and_replays_in_base_url_mode(
         self, tmp_path: Path, node_agent: Path, flowproof: Flowproof, fake_model: Fake
     ) -> None:
-        """A Node 20 agent on the npm openai package, which ignores HTTPS_PROXY, records and replays via OPENAI_BASE_URL."""
+        """A Node 20 agent on the npm openai package, which ignores HTTPS_PROXY, records and replays via OPENAI_BASE_URL."""  # noqa: E501
         command = f"node {shlex.quote(str(node_agent / 'agent.mjs'))}"
         spec = weather_spec(tmp_path, command, "  route: base_url")
 

@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.e2e.conftest import FLOWPROOF_RUN, BIN, Flowproof, kill_group, processes_inside
+from tests.e2e.conftest import BIN, FLOWPROOF_RUN, Flowproof, kill_group, processes_inside
 
 FLOWPROOF = str(BIN / "flowproof")
 

@@ -63,7 +63,9 @@ class TestCommandAgent:
         """On timeout the agent and its background children are killed."""
         pidfile = tmp_path / "child.pid"
         started = time.monotonic()
-        run = run_command_agent(f"sleep 100 & echo $! > {pidfile}; wait", prompts=[], env=ENV, cwd=tmp_path, timeout=0.7)
+        run = run_command_agent(
+            f"sleep 100 & echo $! > {pidfile}; wait", prompts=[], env=ENV, cwd=tmp_path, timeout=0.7
+        )
         assert run.timed_out
         assert time.monotonic() - started < 5
         child = int(pidfile.read_text())
@@ -72,7 +74,9 @@ class TestCommandAgent:
     def test_leftover_children_die_after_clean_exit(self, tmp_path: Path) -> None:
         """A child the agent leaves behind is killed when the agent exits."""
         pidfile = tmp_path / "child.pid"
-        run = run_command_agent(f"sleep 100 > /dev/null 2>&1 & echo $! > {pidfile}", prompts=[], env=ENV, cwd=tmp_path, timeout=10)
+        run = run_command_agent(
+            f"sleep 100 > /dev/null 2>&1 & echo $! > {pidfile}", prompts=[], env=ENV, cwd=tmp_path, timeout=10
+        )
         assert run.returncode == 0
         assert not alive(int(pidfile.read_text()))
 

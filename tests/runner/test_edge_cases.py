@@ -109,7 +109,7 @@ class TestRecordLeavesNothingBehind:
         assert not staging_path(tmp_path / "cwd.cassette.json").exists()
 
     def test_no_model_call_never_replaces_a_cassette(self, tmp_path: Path, opts) -> None:
-        """A recording with no model call fails and keeps the old cassette byte-identical, even when every step passes."""
+        """A recording with no model call fails and keeps the old cassette byte-identical, even when every step passes."""  # noqa: E501
         spec = tmp_path / "nothing.flow.yaml"
         spec.write_text(NO_CALL_SPEC)
         cassette = tmp_path / "nothing.cassette.json"
@@ -121,7 +121,7 @@ class TestRecordLeavesNothingBehind:
         assert not staging_path(cassette).exists()
 
     def test_interrupt_stops_agent_and_records_nothing(self, tmp_path: Path, opts) -> None:
-        """A cancelled recording stops its agent group at once, exits 130 and leaves the cassette and no staging file."""
+        """A cancelled recording stops its agent group at once, exits 130 and leaves the cassette and no staging file."""  # noqa: E501
         pidfile = tmp_path / "agent.pid"
         spec = write_spec(tmp_path, command=f"echo $$ > {shlex.quote(str(pidfile))}; sleep 60", timeout=60)
         cassette = tmp_path / "booking.cassette.json"
@@ -281,7 +281,9 @@ class TestEnvEval:
         flowproof = Path(sys.executable).parent / "flowproof"
         script = 'eval "$("$FP" env --proxy-port 9123)" && printf "%s\\n" "$SSL_CERT_FILE" "$HTTPS_PROXY" "$NO_PROXY"'
         env = {**ENV, "FP": str(flowproof), "FLOWPROOF_CA_DIR": str(ca), "NO_PROXY": "a b,'c'", "HOME": str(tmp_path)}
-        done = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            ["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines() == [
             str(ca / "flowproof-ca-bundle.pem"), "http://127.0.0.1:9123", "a b,'c',localhost,127.0.0.1,::1"]

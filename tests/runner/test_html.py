@@ -150,6 +150,8 @@ class TestFlag:
     def test_an_empty_shard_still_writes_a_page(self, tmp_path: Path, fake_env) -> None:
         spec = write_spec(tmp_path)
         page = tmp_path / "report.html"
-        res = CliRunner().invoke(run_command, [str(spec), "--shard", "2/2", "--html", str(page)], catch_exceptions=False)
+        res = CliRunner().invoke(
+            run_command, [str(spec), "--shard", "2/2", "--html", str(page)], catch_exceptions=False
+        )
         assert res.exit_code == 0, res.output
         assert "No flow ran." in page.read_text(encoding="utf-8")

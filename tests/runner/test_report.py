@@ -15,8 +15,7 @@ from flowproof.assertions import MISMATCH_KINDS, Mismatch
 from flowproof.cassette import loads_cassette
 from flowproof.compare import compare_responses, missing_result
 from flowproof.divergence import Divergence, FieldChange
-from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK
-from flowproof.errors import FlowproofError
+from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK, FlowproofError
 from flowproof.events import DivergenceEvent, DoneEvent, DriftEvent
 from flowproof.model import FinishReason, ResponseView, ToolCall
 from flowproof.runner.flow import FlowResult
@@ -261,10 +260,20 @@ class TestStructuredJson:
         flows = json.loads(render_json(structured_results()))["flows"]
         assert flows[0]["findings"] == []
         div = flows[1]["findings"][0]
-        assert (div["kind"], div["turn"], div["path"], div["hint"]) == ("divergence", 1, "messages.1.content → flight.id", "re-record")
+        assert (div["kind"], div["turn"], div["path"], div["hint"]) == (
+            "divergence",
+            1,
+            "messages.1.content → flight.id",
+            "re-record",
+        )
         assert [(f["kind"], f["turn"]) for f in flows[2]["findings"]] == [("missing", 2)]
         drift = flows[3]["findings"][0]
-        assert (drift["kind"], drift["path"], drift["recorded"], drift["live"]) == ("drift", "text", "booked", "sold out")
+        assert (drift["kind"], drift["path"], drift["recorded"], drift["live"]) == (
+            "drift",
+            "text",
+            "booked",
+            "sold out",
+        )
         assert flows[4]["findings"][0]["location"] == "b.flow.yaml:9:5"
         assertion = flows[4]["findings"][0]
         assert (assertion["path"], assertion["matcher"], assertion["expected"], assertion["actual"]) == (
@@ -326,7 +335,7 @@ class TestStructuredJunit:
 
     def test_the_shape_check_catches_a_property_in_a_testcase(self) -> None:
         """The checker is not blind: a testcase holding <properties> is reported."""
-        bad = '<testsuite name="s" tests="1" failures="0" errors="0"><testcase name="c"><properties/></testcase></testsuite>'
+        bad = '<testsuite name="s" tests="1" failures="0" errors="0"><testcase name="c"><properties/></testcase></testsuite>'  # noqa: E501
         assert len(junit_problems(bad)) == 1 and "properties" in junit_problems(bad)[0]
         assert junit_problems(bad.replace('tests="1"', 'tests="2"').replace("<properties/>", "")) == [
             "tests=2 but 1 found"

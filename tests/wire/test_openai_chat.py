@@ -355,9 +355,9 @@ class TestParseEvents:
 
     def test_sdk_agrees_on_golden_stream(self, golden) -> None:
         """The openai SDK assembles the parallel-tool-call golden stream to the same calls."""
-        import openai  # test dependencies (pyproject.toml): an import failure is a broken setup
         # openai>=3 is built on httpx2 (docs/design.md#openai-python); its MockTransport answers without a socket.
         import httpx2 as transport_mod
+        import openai  # test dependencies (pyproject.toml): an import failure is a broken setup
         data = golden.bytes("parallel_tool_calls.response.sse")
 
         def handler(request):

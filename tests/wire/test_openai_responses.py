@@ -389,9 +389,9 @@ class TestSDKAgreement:
     @pytest.mark.parametrize("case", ["function_calls", "text_no_event_lines"])
     def test_sdk_reads_the_same_stream(self, golden, case: str) -> None:
         """The openai SDK's Responses stream parser finds the same text and calls in the golden bytes."""
-        import openai  # test dependencies (pyproject.toml): an import failure is a broken setup
         # openai>=3 is built on httpx2 (docs/design.md#openai-python); its MockTransport answers without a socket.
         import httpx2
+        import openai  # test dependencies (pyproject.toml): an import failure is a broken setup
         data = golden.bytes(f"{case}.response.sse")
 
         def handler(request):

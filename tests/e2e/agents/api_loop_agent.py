@@ -17,7 +17,9 @@ API = os.environ["FP_API"]
 STREAM = os.environ.get("FP_STREAM") == "1"
 TITLE = os.environ.get("FP_TITLE") == "1"
 # FP_LANE tags the system prompt, so flows run side by side get their own fake-model lane.
-SYSTEM = "You are a booking assistant. Use the tools." + (f" [{os.environ['FP_LANE']}]" if os.environ.get("FP_LANE") else "")
+SYSTEM = "You are a booking assistant. Use the tools." + (
+    f" [{os.environ['FP_LANE']}]" if os.environ.get("FP_LANE") else ""
+)
 TITLE_SYSTEM = "Write a five-word title for this conversation."
 PROMPT = os.environ.get("FLOWPROOF_PROMPT", "Book KQ311 for two")
 RESULT = {"booking": "B-1042"}
