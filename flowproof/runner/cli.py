@@ -196,20 +196,52 @@ _RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path
 @_RUN_SPEC_ARG
 @click.option("--replay", "mode", flag_value="replay", default=True, help="Replay the cassette strictly (default).")
 @click.option("--record", "mode", flag_value="record", help="Record a new cassette (kept only if the spec passes).")
-@click.option("--compare", "mode", flag_value="compare", help="Run live and report drift from the cassette; never writes.")
+@click.option(
+    "--compare", "mode", flag_value="compare", help="Run live and report drift from the cassette; never writes."
+)
 @click.option("--cassette", type=click.Path(path_type=Path, dir_okay=False), help="Cassette path (one spec only).")
-@click.option("--upstream", multiple=True, metavar="HOST=URL", help="Send HOST's model calls to URL (also FLOWPROOF_UPSTREAM).")
-@click.option("--extra-host", "extra_hosts", multiple=True, metavar="HOST", help="An OpenAI-compatible gateway host whose calls are model calls (also FLOWPROOF_EXTRA_HOSTS).")
-@click.option("--proxy-port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Proxy port (0: any free port).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Agent wall-clock timeout in seconds (overrides the spec).")
+@click.option(
+    "--upstream", multiple=True, metavar="HOST=URL", help="Send HOST's model calls to URL (also FLOWPROOF_UPSTREAM)."
+)
+@click.option(
+    "--extra-host",
+    "extra_hosts",
+    multiple=True,
+    metavar="HOST",
+    help="An OpenAI-compatible gateway host whose calls are model calls (also FLOWPROOF_EXTRA_HOSTS).",
+)
+@click.option(
+    "--proxy-port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Proxy port (0: any free port)."
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Agent wall-clock timeout in seconds (overrides the spec).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON report.")
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here.")
-@click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), help="Also write a self-contained HTML report of the run here (docs/report.md).")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write a self-contained HTML report of the run here (docs/report.md).",
+)
 @click.option("-j", "jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Flows to run in parallel.")
 @click.option("--shard", metavar="I/N", help="Run only shard I of N (1-based, by sorted spec path).")
-@click.option("--compare-handler", metavar="MODULE:FUNC", help="Receive each compare result instead of failing on drift.")
-@click.option("--allow-error-turns", is_flag=True, help="With --record: keep a recording whose turns hold an HTTP error status (the flow tests error handling).")
-@click.option("-v", "--verbose", count=True, help="Show every step, the agent output and timings, and log each intercepted call (-vv: every proxy event).")
+@click.option(
+    "--compare-handler", metavar="MODULE:FUNC", help="Receive each compare result instead of failing on drift."
+)
+@click.option(
+    "--allow-error-turns",
+    is_flag=True,
+    help="With --record: keep a recording whose turns hold an HTTP error status (the flow tests error handling).",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="Show every step, the agent output and timings, and log each intercepted call (-vv: every proxy event).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Log errors only, and draw no status line.")
 @click.option("--log-json", is_flag=True, help="Log one JSON object a line (on stderr) instead of readable lines.")
 @_edge
@@ -366,7 +398,11 @@ def diff_command(old: Path, new: Path) -> None:
 
 @cli.command("show")
 @click.argument("cassette", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option("--thread", type=click.IntRange(min=0), help="Only this thread's turns (threads are numbered by their first turn, from 0).")
+@click.option(
+    "--thread",
+    type=click.IntRange(min=0),
+    help="Only this thread's turns (threads are numbered by their first turn, from 0).",
+)
 @click.option("--turn", type=click.IntRange(min=0), help="Only the turn with this index.")
 @_edge
 def show_command(cassette: Path, thread: int | None, turn: int | None) -> None:
