@@ -165,8 +165,11 @@ def _run_flows(selected: Sequence[Path], options: Any, jobs: int, cancel: Any,
     futures = [pool.submit(run_flow, p, options) for p in selected]
     signalled_at: float | None = None
     try:
-        while not all(f.done() for f in futures):
-            wait(futures, timeout=0.05, return_when=FIRST_COMPLETED)
+        pending = set(futures)
+        while pending:
+            # Only the unfinished futures: waiting on a finished one returns at once, and the
+            # main thread would spin for as long as the slowest flow runs.
+            _done, pending = wait(pending, timeout=0.05, return_when=FIRST_COMPLETED)
             if cancel.is_set() and signalled_at is None:
                 signalled_at = time.monotonic()
             if signalled_at is not None and time.monotonic() - signalled_at > CANCEL_GRACE:

@@ -60,7 +60,9 @@ class TestRun:
     def test_bad_spec_points_at_line(self, tmp_path: Path, fake_env) -> None:
         """A bad spec exits 2 with file:line:col and no traceback."""
         spec = tmp_path / "bad.flow.yaml"
-        spec.write_text("name: x\napp: agent\nagent:\n  command: a\nsteps:\n  - assert_tool_call: 'q where a matches ['\n")
+        spec.write_text(
+            "name: x\napp: agent\nagent:\n  command: a\nsteps:\n  - assert_tool_call: 'q where a matches ['\n"
+        )
         res = invoke(run_command, [spec])
         assert res.exit_code == 2
         assert f"{spec}:6:" in res.output
@@ -170,7 +172,11 @@ class TestDiffShow:
         """flowproof diff prints the moved argument."""
         old, new = tmp_path / "old.json", tmp_path / "new.json"
         old.write_text(cassette_text(BOOKING_TURNS))
-        new.write_text(cassette_text([BOOKING_TURNS[0], chat_turn(1, call=("create_booking", {"flight": {"id": "KQ999"}})), BOOKING_TURNS[2]]))
+        new.write_text(
+            cassette_text(
+                [BOOKING_TURNS[0], chat_turn(1, call=("create_booking", {"flight": {"id": "KQ999"}})), BOOKING_TURNS[2]]
+            )
+        )
         res = invoke(cli, ["diff", old, new])
         assert res.exit_code == 0 and "flight.id: KQ311 -> KQ999" in res.output
 
@@ -318,3 +324,31 @@ class TestManyFlows:
         root, _ = counting_tree(tmp_path, 2, barrier=1)
         res = invoke(run_command, [root, "--cassette", tmp_path / "c.json"])
         assert res.exit_code == 2 and "exactly one spec" in res.output
+
+
+class TestRunFlowsWait:
+    def test_the_main_thread_sleeps_while_a_slow_flow_runs(self) -> None:
+        """Once one flow has finished, waiting for the others costs the main thread no CPU (no spin)."""
+        import threading
+        import time
+
+        from flowproof.runner.cli import _run_flows
+
+        release = threading.Event()
+
+        def run_flow(path: Path, _options: object) -> str:
+            if path.name == "slow":
+                release.wait(5)
+            return path.name
+
+        timer = threading.Timer(0.8, release.set)
+        timer.start()
+        try:
+            cpu_before = time.thread_time()
+            results = _run_flows([Path("fast"), Path("slow")], None, 2, threading.Event(), run_flow)
+            cpu = time.thread_time() - cpu_before
+        finally:
+            timer.cancel()
+        assert results == ["fast", "slow"]
+        # A spinning wait burns about the whole 0.8 s; 16 wake-ups of a sleeping one, a few ms.
+        assert cpu < 0.15, f"the main thread used {cpu:.3f} CPU-s while waiting 0.8 s"
