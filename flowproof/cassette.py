@@ -29,13 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
-from urllib.parse import urlsplit
 
 from flowproof.commands import GENERIC_RECORD_COMMAND
-from flowproof.errors import CassetteError, CassetteNotFoundError, WireError
+from flowproof.errors import CassetteError, CassetteNotFoundError
 from flowproof.mcp import McpExchange, exchange_from_json, exchange_to_json
-from flowproof.model import FinishReason, ResponseView, Turn
-from flowproof.wire import Codec, codec_by_name, with_path_fields
 from flowproof.wire.sse import SSEEvent, canonical_raw, encode_events
 
 __all__ = [
@@ -50,10 +47,7 @@ __all__ = [
     "loads_cassette",
     "save_cassette",
     "turn_from_json",
-    "turn_path_fields",
     "turn_to_json",
-    "turn_views",
-    "url_path",
 ]
 
 #: The newest cassette format this flowproof reads and the one it writes.
@@ -64,7 +58,7 @@ _ROUTES: tuple[str, ...] = ("proxy", "base_url")
 
 _FIX_HINT = "re-record it or restore it from version control"
 
-# The compact JSON form a parsed body is re-emitted as (and hashed from in views).
+# The compact JSON form a parsed body is re-emitted as.
 _COMPACT: dict[str, Any] = {"ensure_ascii": False, "separators": (",", ":")}
 
 
@@ -493,68 +487,3 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-# --------------------------------------------------------------------------- views
-
-
-def _error_text(codec: Codec, response: RecordedResponse) -> str:
-    """The provider's error message, else the whole body as text."""
-    message = codec.error_text(response.body) if response.body is not None else None
-    return message if message is not None else response.content().decode("utf-8", "replace")
-
-
-def turn_views(turn: RecordedTurn) -> Turn:
-    """The provider-neutral `Turn` of a recorded turn, through the codec named by ``turn.provider``.
-
-    The request view is parsed from the stored body, which is the *normalized*
-    body (volatile spans appear as ``«volatile:…»`` placeholders). A response
-    with status >= 400 becomes a view with `FinishReason.ERROR` and the error text.
-    """
-    codec = codec_by_name(turn.provider)
-    # surrogatepass: json.loads decodes bytes with it, so a lone surrogate survives the trip.
-    request = codec.parse_request(
-        json.dumps(turn.request.body, **_COMPACT).encode("utf-8", "surrogatepass")
-    )
-    request = with_path_fields(request, codec.path_fields(url_path(turn.request.url)))
-    if not turn.abandoned:
-        return Turn(index=turn.index, request=request, response=_response_view(codec, turn.response))
-    try:
-        # What arrived of an abandoned call is shown when it reads; it is never judged.
-        response = _response_view(codec, turn.response)
-    except WireError:
-        response = None
-    return Turn(index=turn.index, request=request, response=response, abandoned=True)
-
-
-def url_path(url: str) -> str:
-    """The path of a recorded request's URL (no query)."""
-    return urlsplit(url).path
-
-
-def turn_path_fields(turn: RecordedTurn) -> dict[str, str]:
-    """The request fields a recorded turn's URL path names (`Codec.path_fields`); empty for a
-    provider this flowproof does not know (matching then rests on the body alone)."""
-    try:
-        codec = codec_by_name(turn.provider)
-    except WireError:
-        return {}
-    return codec.path_fields(url_path(turn.request.url))
-
-
-def _response_view(codec: Codec, resp: RecordedResponse | None) -> ResponseView | None:
-    if resp is None:
-        return None
-    response: ResponseView
-    if resp.status >= 400:
-        response = ResponseView(
-            text=_error_text(codec, resp),
-            tool_calls=(),
-            finish_reason=FinishReason.ERROR,
-            raw_finish_reason=f"http {resp.status}",
-        )
-    elif resp.events is not None:
-        response = codec.parse_events(resp.events)
-    else:
-        response = codec.parse_response(resp.content())
-    return response

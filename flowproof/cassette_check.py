@@ -19,8 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from flowproof.cassette import Cassette, RecordedTurn, turn_views
+from flowproof.cassette import Cassette, RecordedTurn
 from flowproof.errors import CassetteError, FlowproofError
+from flowproof.views import turn_views
 
 __all__ = ["check_cassette", "error_turns"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flowproof.assertions import AssertionResult, Mismatch, evaluate
-from flowproof.cassette import Cassette, turn_views
+from flowproof.cassette import Cassette
 from flowproof.spec.clauses import parse_tool_line
 from flowproof.spec.types import (
     AgentSpec,
@@ -29,6 +29,7 @@ from flowproof.spec.types import (
     ToolCallAssertion,
 )
 from flowproof.trajectory import Trajectory, build_trajectory
+from flowproof.views import turn_views
 
 __all__ = [
     "TrajectoryAssertionError",

@@ -14,10 +14,11 @@ import difflib
 import json
 from typing import Any
 
-from flowproof.cassette import Cassette, RecordedTurn, turn_views
+from flowproof.cassette import Cassette, RecordedTurn
 from flowproof.errors import FlowproofError
 from flowproof.excerpt import first_difference
 from flowproof.model import ToolCall, Turn
+from flowproof.views import turn_views
 
 __all__ = ["ReadableTurn", "diff_cassettes", "readable_turns", "short_text"]
 

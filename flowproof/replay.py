@@ -22,18 +22,18 @@ Pure and O(1) per request: a dict from hash to a deque of turn positions.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flowproof.cassette import Cassette, RecordedTurn, turn_path_fields
+from flowproof.cassette import Cassette, RecordedTurn
 from flowproof.divergence import Divergence, explain_miss
 from flowproof.model import RequestView
 from flowproof.request_key import match_key
-from flowproof.wire import codec_by_name, with_path_fields
+from flowproof.views import request_view, turn_path_fields
+from flowproof.wire import with_path_fields
 
 __all__ = ["Miss", "Replay", "Replayer", "ViewOf", "route_mismatch"]
 
@@ -55,29 +55,13 @@ class Miss:
     divergence: Divergence
 
 
-def codec_view(provider: str, body: Any) -> RequestView | None:
-    """The request view of a parsed body through the wire codec, or None if there is none.
-
-    Used only to explain a miss, so a missing codec or an unexpected body shape
-    degrades the report (no envelope) instead of failing it.
-    """
-    try:
-        codec = codec_by_name(provider)
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(
-            "utf-8", "surrogatepass"
-        )
-        return codec.parse_request(data)
-    except Exception:  # noqa: BLE001 — see docstring
-        return None
-
-
 class Replayer:
     """Serves recorded turns to replayed requests; thread-safe (the addon calls it per connection).
 
     ``view_of`` builds request views for the divergence report (default: the wire codecs).
     """
 
-    def __init__(self, cassette: Cassette, view_of: ViewOf | None = codec_view) -> None:
+    def __init__(self, cassette: Cassette, view_of: ViewOf | None = request_view) -> None:
         self.cassette = cassette
         self._view_of = view_of
         self._lock = threading.Lock()

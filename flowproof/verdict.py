@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 from flowproof.assertions import Mismatch
-from flowproof.cassette import Cassette, turn_views
+from flowproof.cassette import Cassette
 from flowproof.compare import CompareResult
 from flowproof.errors import (
     EXIT_AGENT,
@@ -45,6 +45,7 @@ from flowproof.events import (
     TlsFailedEvent,
     TurnEvent,
 )
+from flowproof.views import turn_views
 
 __all__ = [
     "AgentOutcome",

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from flowproof.assertions import Mismatch
-from flowproof.cassette import turn_from_json, turn_views
+from flowproof.cassette import turn_from_json
 from flowproof.compare import compare_responses
 from flowproof.divergence import ABSENT, Divergence, FieldChange
 from flowproof.events import DivergenceEvent, DoneEvent, DriftEvent
 from flowproof.findings import FINDING_KINDS, findings
 from flowproof.verdict import StepResult
+from flowproof.views import turn_views
 
 from .runner.helpers import chat_turn
 

@@ -14,8 +14,9 @@ from flowproof.cassette import (
     RecordedTurn,
 )
 from flowproof.model import RequestView
-from flowproof.replay import Miss, Replay, Replayer, codec_view, route_mismatch
+from flowproof.replay import Miss, Replay, Replayer, route_mismatch
 from flowproof.request_key import body_sha256
+from flowproof.views import request_view
 
 
 def chat(text: str, system: str = "You book flights.") -> dict:
@@ -172,12 +173,12 @@ class TestMisses:
         result = r.decide("openai-chat", sha(other), other)
         assert isinstance(result, Miss)
         assert result.divergence.envelope == ("model: recorded gpt-4o, replayed gpt-4.1",)
-        assert codec_view("no-such-provider", a) is None
+        assert request_view("no-such-provider", a) is None
 
     def test_lone_surrogate_body_still_gets_an_envelope(self):
         """A body holding a lone surrogate (a cut emoji) is still read by the codec for the report."""
         a = chat("cut \ud83d")
-        assert codec_view("openai-chat", a) is not None
+        assert request_view("openai-chat", a) is not None
         r = Replayer(cassette(a))
         other = dict(a, model="gpt-4.1")
         result = r.decide("openai-chat", "0" * 64, other)

@@ -15,11 +15,11 @@ from mitmproxy import exceptions
 
 from flowproof.addon.live import LiveCalls
 from flowproof.addon.shared import Shared, log
-from flowproof.cassette import Cassette, RecordedTurn, turn_views
+from flowproof.cassette import Cassette, RecordedTurn
 from flowproof.errors import FlowproofError
 from flowproof.events import ComparedEvent, DoneEvent, DriftEvent, ErrorEvent
 from flowproof.model import Turn
-from flowproof.replay import codec_view
+from flowproof.views import request_view, turn_views
 
 if TYPE_CHECKING:
     # Imported where used: the compare engine and the pairer load only in compare mode, so a
@@ -106,7 +106,7 @@ def pairer_for(cassette: Cassette, path: str) -> Pairer:
             continue
         except FlowproofError as e:
             problem = str(e)
-        request = codec_view(turn.provider, turn.request.body)
+        request = request_view(turn.provider, turn.request.body)
         if request is None:
             raise exceptions.OptionsError(
                 f"Cannot compare against flowproof_cassette {path}: the request of turn"

@@ -18,8 +18,9 @@ from flowproof.addon.hold import HOLD_HEADER, Held, HoldServer
 from flowproof.addon.shared import JSON_HEADERS, Shared, elapsed_ms, log, refuse_unhandled
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.events import DivergenceEvent, TurnEvent
-from flowproof.replay import Miss, codec_view
+from flowproof.replay import Miss
 from flowproof.request_key import PreparedRequest
+from flowproof.views import request_view
 from flowproof.wire import Codec, with_path_fields
 
 __all__ = ["Replay", "replay_headers"]
@@ -41,7 +42,7 @@ def replay_headers(recorded: RecordedResponse) -> dict[str, str]:
 
 def _model(codec: Codec, prepared: PreparedRequest) -> str | None:
     """The model an unmatched call asked for (the miss path only: it parses the body again)."""
-    view = codec_view(codec.name, prepared.body)
+    view = request_view(codec.name, prepared.body)
     if view is None:
         return prepared.path_fields.get("model")
     return with_path_fields(view, prepared.path_fields).model

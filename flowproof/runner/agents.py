@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowproof.cassette import turn_views
 from flowproof.errors import AgentError, FlowproofError
 from flowproof.events import TurnEvent
+from flowproof.views import turn_views
 
 #: Bytes of stdout/stderr kept per stream (the tail: errors are printed last).
 OUTPUT_LIMIT = 64 * 1024

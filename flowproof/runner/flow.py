@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from flowproof.assertions import describe_assertion, evaluate
-from flowproof.cassette import Cassette, load_cassette, turn_views
+from flowproof.cassette import Cassette, load_cassette
 from flowproof.cassette_check import check_cassette, error_turns
 from flowproof.commands import record_command
 from flowproof.compare import CompareResult
@@ -68,6 +68,7 @@ from flowproof.spec import FlowSpec, load_spec, resolve_variables
 from flowproof.spec.types import AgentSpec, ToolCallAssertion
 from flowproof.trajectory import MCP, boundary_of, build_trajectory
 from flowproof.verdict import StepResult, decide_exit
+from flowproof.views import turn_views
 from flowproof.wire.providers import reverse_hosts
 
 MODES = ("replay", "record", "compare")

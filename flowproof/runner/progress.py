@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from flowproof.cassette import turn_path_fields
 from flowproof.errors import FlowproofError
 from flowproof.events import (
     DivergenceEvent,
@@ -39,8 +38,8 @@ from flowproof.events import (
     parse_event,
 )
 from flowproof.log import TERMINAL, get_logger
-from flowproof.replay import codec_view
 from flowproof.runner.agents import EventSource, answer_complete
+from flowproof.views import request_view, turn_path_fields
 from flowproof.wire import with_path_fields
 
 __all__ = [
@@ -88,7 +87,7 @@ def _model(turn_event: TurnEvent) -> str | None:
     the bigger half). None when it cannot be read: the line is still written, the report
     says what is wrong."""
     turn = turn_event.turn
-    view = codec_view(turn.provider, turn.request.body)
+    view = request_view(turn.provider, turn.request.body)
     return None if view is None else with_path_fields(view, turn_path_fields(turn)).model
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from flowproof.cassette import Cassette, load_cassette, turn_views
+from flowproof.cassette import Cassette, load_cassette
 from flowproof.cassette_check import check_cassette, error_turns
 from flowproof.commands import addon_record_command
 from flowproof.errors import (
@@ -59,6 +59,7 @@ from flowproof.runner.recording import Staging
 from flowproof.runner.report import next_step, render_flow
 from flowproof.trajectory import Trajectory, build_trajectory
 from flowproof.verdict import decide_exit
+from flowproof.views import turn_views
 from flowproof.wire.providers import reverse_hosts
 
 __all__ = ["ProxySession", "session_report"]

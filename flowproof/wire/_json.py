@@ -24,6 +24,12 @@ def load_json_body(provider: str, body: bytes | str, what: str = "body") -> dict
         raise WireError(
             provider, what, f"is not valid JSON ({e}); expected a JSON object"
         ) from None
+    return json_object(provider, value, what)
+
+
+def json_object(provider: str, value: Any, what: str = "body") -> dict[str, Any]:
+    """A parsed body when it is a JSON object, or `WireError` naming ``provider`` and ``what``
+    (the check `load_json_body` makes, for a body that was parsed already)."""
     if not isinstance(value, dict):
         raise WireError(provider, what, f"is a JSON {type_name(value)}, expected a JSON object")
     return value

@@ -147,7 +147,11 @@ class AnthropicCodec:
 
     def parse_request(self, body: bytes) -> RequestView:
         """The provider-neutral view of a Messages request body."""
-        data = _object(_load(body, "body"), "body")
+        return self.view_request(_load(body, "body"))
+
+    def view_request(self, body: Any) -> RequestView:
+        """`parse_request` of a body parsed already (a cassette's)."""
+        data = _object(body, "body")
         model = _opt_str(data.get("model"), "model")
         system = _system_text(data.get("system"))
         if "messages" not in data:
@@ -220,7 +224,11 @@ class AnthropicCodec:
 
     def parse_response(self, body: bytes) -> ResponseView:
         """The view of a non-streamed Messages response (or an Anthropic error body)."""
-        data = _object(_load(body, "body"), "body")
+        return self.view_response(_load(body, "body"))
+
+    def view_response(self, body: Any) -> ResponseView:
+        """`parse_response` of a body parsed already (a cassette's)."""
+        data = _object(body, "body")
         if data.get("type") == "error":
             error = data.get("error")
             raw = error.get("type") if isinstance(error, dict) else None

@@ -29,10 +29,21 @@ class Codec(Protocol):
         """True when the request asks for an SSE stream (a body flag, or Gemini's path/``alt=sse``)."""
         ...
 
-    def parse_request(self, body: bytes) -> RequestView: ...
+    def parse_request(self, body: bytes) -> RequestView:
+        """The provider-neutral view of a request body."""
+        ...
+
+    def view_request(self, body: Any) -> RequestView:
+        """`parse_request` of a body parsed already (a cassette stores parsed JSON: views
+        never serialize it in order to parse it again)."""
+        ...
 
     def parse_response(self, body: bytes) -> ResponseView:
         """The view of a complete non-streamed JSON response body."""
+        ...
+
+    def view_response(self, body: Any) -> ResponseView:
+        """`parse_response` of a body parsed already."""
         ...
 
     def parse_events(self, events: Sequence[SSEEvent]) -> ResponseView:

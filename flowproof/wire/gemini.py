@@ -232,7 +232,11 @@ class GeminiCodec:
         see `model_from_path`), and ``stream`` is always ``False``: only the path
         says whether a Gemini call streams (see `is_stream_request`).
         """
-        data = _object(_load(body, "body"), "body")
+        return self.view_request(_load(body, "body"))
+
+    def view_request(self, body: Any) -> RequestView:
+        """`parse_request` of a body parsed already (a cassette's)."""
+        data = _object(body, "body")
         model = _opt_str(data.get("model"), "model")
         instruction, skey = _get(data, "systemInstruction", "system_instruction")
         system = _parts_text(instruction, skey)
@@ -309,7 +313,11 @@ class GeminiCodec:
 
     def parse_response(self, body: bytes) -> ResponseView:
         """The view of a ``GenerateContentResponse``, or of the JSON-array stream form."""
-        data = _load(body, "body")
+        return self.view_response(_load(body, "body"))
+
+    def view_response(self, body: Any) -> ResponseView:
+        """`parse_response` of a body parsed already (a cassette's)."""
+        data = body
         chunks = _Chunks()
         if isinstance(data, list):
             for i, chunk in enumerate(data):

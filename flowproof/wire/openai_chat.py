@@ -21,6 +21,7 @@ from flowproof.wire._json import (
     error_message,
     expect_list,
     expect_object,
+    json_object,
     load_json_body,
     optional_str,
     schema_size,
@@ -185,7 +186,11 @@ class OpenAIChatCodec:
 
     def parse_request(self, body: bytes) -> RequestView:
         """The provider-neutral view of a chat completion request."""
-        data = load_json_body(NAME, body, "request body")
+        return self.view_request(load_json_body(NAME, body, "request body"))
+
+    def view_request(self, body: Any) -> RequestView:
+        """`parse_request` of a body parsed already (a cassette's)."""
+        data = json_object(NAME, body, "request body")
         messages = _messages(data)
         system: list[str] = []
         roles: list[str] = []
@@ -221,7 +226,11 @@ class OpenAIChatCodec:
 
     def parse_response(self, body: bytes) -> ResponseView:
         """The view of a non-streamed ``chat.completion`` body (or an error body)."""
-        data = load_json_body(NAME, body, "response body")
+        return self.view_response(load_json_body(NAME, body, "response body"))
+
+    def view_response(self, body: Any) -> ResponseView:
+        """`parse_response` of a body parsed already (a cassette's)."""
+        data = json_object(NAME, body, "response body")
         if "choices" not in data and isinstance(data.get("error"), dict):
             return _error_view(data["error"], optional_str(data.get("model")))
         if "choices" not in data:

@@ -23,6 +23,7 @@ from flowproof.wire._json import (
     event_type,
     expect_list,
     expect_object,
+    json_object,
     load_json_body,
     optional_str,
     schema_size,
@@ -260,7 +261,11 @@ class OpenAIResponsesCodec:
 
     def parse_request(self, body: bytes) -> RequestView:
         """The provider-neutral view of a Responses request."""
-        data = load_json_body(NAME, body, "request body")
+        return self.view_request(load_json_body(NAME, body, "request body"))
+
+    def view_request(self, body: Any) -> RequestView:
+        """`parse_request` of a body parsed already (a cassette's)."""
+        data = json_object(NAME, body, "request body")
         items = _items(data)
         system: list[str] = []
         instructions = data.get("instructions")
@@ -312,8 +317,11 @@ class OpenAIResponsesCodec:
 
     def parse_response(self, body: bytes) -> ResponseView:
         """The view of a non-streamed ``response`` object (or an error body)."""
-        data = load_json_body(NAME, body, "response body")
-        return self._response_view(data, "response body")
+        return self.view_response(load_json_body(NAME, body, "response body"))
+
+    def view_response(self, body: Any) -> ResponseView:
+        """`parse_response` of a body parsed already (a cassette's)."""
+        return self._response_view(json_object(NAME, body, "response body"), "response body")
 
     def _response_view(self, data: dict[str, Any], where: str) -> ResponseView:
         model = optional_str(data.get("model"))

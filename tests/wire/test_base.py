@@ -46,7 +46,8 @@ class TestCodecProtocol:
 
 
 def test_protocol_lists_the_expected_methods() -> None:
-    """The protocol covers detection, parsing, rewriting, error bodies, the terminal event and path fields."""
+    """The protocol covers detection, parsing (bytes and parsed bodies), rewriting, error bodies, the terminal
+    event and path fields."""
     assert PROTOCOL_METHODS == sorted(
         [
             "error_body",
@@ -59,6 +60,8 @@ def test_protocol_lists_the_expected_methods() -> None:
             "parse_response",
             "path_fields",
             "rewrite_tool_results",
+            "view_request",
+            "view_response",
         ]
     )
 
