@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from flowproof.commands import GENERIC_RECORD_COMMAND
 from flowproof.excerpt import first_difference, window
@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 DivergenceKind = Literal["unmatched", "extra", "missing", "after-failure"]
+_KINDS: tuple[str, ...] = get_args(DivergenceKind)
 
 #: How many field changes a report lists before "and N more".
 MAX_FIELDS = 12
@@ -108,6 +109,18 @@ class FieldChange:
             out["whole"] = True
         return out
 
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> FieldChange:
+        """The inverse of `to_json` (a side left out is `ABSENT`)."""
+        inner = obj.get("inner")
+        return cls(
+            str(obj["path"]),
+            obj.get("recorded", ABSENT),
+            obj.get("replayed", ABSENT),
+            None if inner is None else str(inner),
+            bool(obj.get("whole", False)),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Divergence:
@@ -174,6 +187,29 @@ class Divergence:
             "note": self.note,
             "hint": self.hint,
         }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Divergence:
+        """The inverse of `to_json`; raises `ValueError` for a kind that is not a divergence
+        kind and `KeyError`/`TypeError` for a missing or mistyped field."""
+        kind = obj["kind"]
+        if kind not in _KINDS:
+            raise ValueError(f"not a divergence kind: {kind!r}")
+
+        def number(key: str) -> int | None:
+            value = obj.get(key)
+            return None if value is None else int(value)
+
+        note, hint = obj.get("note"), obj.get("hint")
+        return cls(
+            kind=kind,
+            request_number=number("request_number"),
+            closest_index=number("closest_index"),
+            envelope=tuple(str(line) for line in obj.get("envelope") or ()),
+            fields=tuple(FieldChange.from_json(f) for f in obj.get("fields") or ()),
+            note=None if note is None else str(note),
+            hint=None if hint is None else str(hint),
+        )
 
 
 _EXTRA_NOTE = (

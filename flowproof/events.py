@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from flowproof.cassette import RecordedTurn, turn_from_json, turn_to_json
@@ -31,6 +32,7 @@ __all__ = [
     "DoneEvent",
     "DriftEvent",
     "ErrorEvent",
+    "ErrorKind",
     "Event",
     "McpCallEvent",
     "McpRejectedEvent",
@@ -266,16 +268,39 @@ class TlsFailedEvent:
         return cls(_text(obj, "host"), _text(obj))
 
 
+class ErrorKind(StrEnum):
+    """What failed, so a judge decides on data and never on an error's wording."""
+
+    #: flowproof failed in one of its own hooks (a bug of ours: the call was refused).
+    HOOK = "hook"
+    #: A model call failed before it completed: the upstream cut it or could not be reached.
+    UPSTREAM = "upstream"
+    #: A live response flowproof cannot record (its codec cannot read it).
+    RESPONSE = "response"
+    #: The recorded cassette could not be written.
+    CASSETTE_WRITE = "cassette_write"
+    #: A live call could not be compared with its recording.
+    COMPARE = "compare"
+    #: An MCP server could not be reached, or speaks a transport flowproof does not serve.
+    MCP = "mcp"
+    #: The runner could not read what the proxy logged (`flowproof.run_record`).
+    EVENT_LOG = "event_log"
+    #: A line that names no kind this flowproof knows.
+    OTHER = "other"
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorEvent:
-    """Anything else that fails the run; ``id`` names the model call when there is one."""
+    """Anything else that fails the run: ``kind`` says what failed, ``text`` says it to a
+    person; ``id`` names the model call when there is one."""
 
     NAME: ClassVar[str] = "error"
     text: str
+    kind: ErrorKind
     id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"event": self.NAME}
+        out: dict[str, Any] = {"event": self.NAME, "kind": self.kind.value}
         if self.id is not None:
             out["id"] = self.id
         out["text"] = self.text
@@ -283,7 +308,11 @@ class ErrorEvent:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> ErrorEvent:
-        return cls(_text(obj), _id(obj))
+        try:
+            kind = ErrorKind(str(obj.get("kind")))
+        except ValueError:
+            kind = ErrorKind.OTHER
+        return cls(_text(obj), kind, _id(obj))
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from flowproof.events import (
     DoneEvent,
     DriftEvent,
     ErrorEvent,
+    ErrorKind,
     Event,
     TlsFailedEvent,
     TurnEvent,
@@ -58,9 +59,6 @@ __all__ = [
     "decide_exit",
     "missing_text",
 ]
-
-#: How the proxy words a model call that the upstream broke off (a cut, a refused connection).
-UPSTREAM_FAULT = "failed before it completed"
 
 #: What becomes of a staged recording: kept as the cassette, kept aside as rejected, or neither.
 RecordingFate = Literal["keep", "reject", "none"]
@@ -232,7 +230,7 @@ def decide_exit(
         return failed(EXIT_DIVERGENCE, missing=None, notes=())
     why = agent_error(run, timeout, tls)
     # An agent that dies after its model call failed upstream is a casualty, not the cause.
-    upstream = any(UPSTREAM_FAULT in e for e in errors)
+    upstream = any(isinstance(e, ErrorEvent) and e.kind is ErrorKind.UPSTREAM for e in events)
     if why is not None:
         failure = "timeout" if run.timed_out else ("upstream" if upstream else "crash")
         return failed(EXIT_AGENT, why, notes=(), failure=failure)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -326,6 +327,28 @@ class TestDivergenceData:
              "recorded": "KQ311", "replayed": "KQ999"},
             {"path": "messages.1.tool_calls.0.function.arguments", "inner": "x", "replayed": 2},
         ]
+
+    def test_from_json_reads_back_what_to_json_wrote(self):
+        """A divergence that crossed the event log as JSON is the same divergence, and renders
+        the same report (an absent side stays absent, not null)."""
+        d = explain([body()], body(arguments='{"flight":{"id":"KQ999"},"seats":1,"x":2}'))
+        back = Divergence.from_json(json.loads(json.dumps(d.to_json())))
+        assert back == d and back.render(CMD) == d.render(CMD)
+        whole = Divergence("extra", 2, 0, envelope=("model: recorded a, replayed b",),
+                           fields=(FieldChange("p", "{", "}", whole=True),), note="n", hint="h")
+        assert Divergence.from_json(whole.to_json()) == whole
+
+    @given(st.sampled_from(["unmatched", "extra", "missing", "after-failure"]),
+           st.none() | st.integers(0, 99), st.none() | st.text(max_size=20))
+    def test_from_json_round_trips_any_divergence(self, kind, closest, note):
+        d = Divergence(kind, 1, closest, fields=(FieldChange("a.b", ABSENT, note),), note=note, hint=note)
+        assert Divergence.from_json(json.loads(json.dumps(d.to_json()))) == d
+
+    def test_from_json_refuses_what_is_not_a_divergence(self):
+        with pytest.raises(ValueError, match="not a divergence kind"):
+            Divergence.from_json({"kind": "drift"})
+        with pytest.raises(KeyError):
+            Divergence.from_json({})
 
     def test_explain_does_not_mutate_inputs(self):
         """explain_miss leaves the replayed body and the cassette bodies untouched."""

@@ -14,6 +14,7 @@ from flowproof.events import (
     DoneEvent,
     DriftEvent,
     ErrorEvent,
+    ErrorKind,
     Listener,
     ReadyEvent,
     RequestStartedEvent,
@@ -47,8 +48,8 @@ EVENTS = [
     ComparedEvent("f5", {"equal": True}),
     ComparedEvent("f6", {"equal": False}, handled=True),
     TlsFailedEvent("api.openai.com", "does not trust"),
-    ErrorEvent("boom"),
-    ErrorEvent("hook failed", id="f7"),
+    ErrorEvent("boom", ErrorKind.CASSETTE_WRITE),
+    ErrorEvent("hook failed", ErrorKind.HOOK, id="f7"),
     DoneEvent((2, 3), "2 missing"),
 ]
 
@@ -62,8 +63,10 @@ class TestRoundTrip:
 
     def test_wire_keys_are_the_documented_ones(self):
         """The keys match the event-log table in docs/internals.md."""
-        assert ErrorEvent("t", id="x").to_json() == {"event": "error", "id": "x", "text": "t"}
-        assert ErrorEvent("t").to_json() == {"event": "error", "text": "t"}
+        assert ErrorEvent("t", ErrorKind.UPSTREAM, id="x").to_json() == {
+            "event": "error", "kind": "upstream", "id": "x", "text": "t",
+        }
+        assert ErrorEvent("t", ErrorKind.HOOK).to_json() == {"event": "error", "kind": "hook", "text": "t"}
         assert DriftEvent("x", "t", None).to_json() == {"event": "drift", "id": "x", "text": "t", "result": None}
         assert DriftEvent("x", "t", {}, handled=True).to_json() == {
             "event": "drift", "id": "x", "text": "t", "result": {}, "handled": True,
@@ -93,6 +96,11 @@ class TestLenientReading:
             (1, 4), ""
         )
         assert parse_event({"event": "divergence", "id": "a"}) == DivergenceEvent("a", "", {})
+
+    def test_an_error_of_no_known_kind_reads_as_other(self):
+        """An error line without a kind this flowproof knows is still an error (it fails the run)."""
+        assert parse_event({"event": "error", "text": "t"}) == ErrorEvent("t", ErrorKind.OTHER)
+        assert parse_event({"event": "error", "kind": "new", "text": "t"}).kind is ErrorKind.OTHER
 
     def test_a_duration_that_is_not_a_number_is_dropped(self):
         """An ``ms`` that is not a number (or a bool) reads as not measured, never as an error."""

@@ -17,6 +17,7 @@ from flowproof.events import (
     DoneEvent,
     DriftEvent,
     ErrorEvent,
+    ErrorKind,
     Event,
     TlsFailedEvent,
     parse_events,
@@ -94,7 +95,7 @@ class TestLadder:
 
     def test_proxy_error_fails_the_run(self):
         """An error event is exit 5 with its text as the error."""
-        verdict, evaluated = decide([*TURNS, ErrorEvent("cassette write failed"), DONE])
+        verdict, evaluated = decide([*TURNS, ErrorEvent("cassette write failed", ErrorKind.CASSETTE_WRITE), DONE])
         assert (verdict.exit_code, verdict.error, evaluated) == (
             EXIT_AGENT,
             "cassette write failed",

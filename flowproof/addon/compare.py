@@ -17,7 +17,7 @@ from flowproof.addon.live import LiveCalls
 from flowproof.addon.shared import Shared, log
 from flowproof.cassette import Cassette, RecordedTurn
 from flowproof.errors import FlowproofError
-from flowproof.events import ComparedEvent, DoneEvent, DriftEvent, ErrorEvent
+from flowproof.events import ComparedEvent, DoneEvent, DriftEvent, ErrorEvent, ErrorKind
 from flowproof.model import Turn
 from flowproof.views import request_view, turn_views
 
@@ -47,7 +47,9 @@ class Compare(LiveCalls):
             view = turn_views(turn)
             result = self.pairer.pair(Call(view, turn.request.body))
         except FlowproofError as e:  # a live response, or the recorded turn at its place, unreadable
-            self.shared.events.write(ErrorEvent(f"cannot compare live call {turn.index}: {e}", id=flow_id))
+            self.shared.events.write(
+                ErrorEvent(f"cannot compare live call {turn.index}: {e}", ErrorKind.COMPARE, id=flow_id)
+            )
             return
         self.deliver(flow_id, result)
 

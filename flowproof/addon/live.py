@@ -19,7 +19,7 @@ from mitmproxy.connection import ConnectionState
 from flowproof.addon.shared import Shared, content_of, elapsed_ms, log, refuse_unhandled
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.errors import FlowproofError
-from flowproof.events import ErrorEvent, TurnEvent
+from flowproof.events import ErrorEvent, ErrorKind, TurnEvent
 from flowproof.recorder import (
     PendingCall,
     is_event_stream,
@@ -144,7 +144,7 @@ class LiveCalls:
             recorded = self._recorded_response(flow.response, call)
         except FlowproofError as e:
             text = f"cannot record the response to {call.request.url}: {e}"
-            self.shared.events.write(ErrorEvent(text, id=flow.id))
+            self.shared.events.write(ErrorEvent(text, ErrorKind.RESPONSE, id=flow.id))
             return
         turn = call.turn(self.completed, recorded)
         self.completed += 1
@@ -173,7 +173,7 @@ class LiveCalls:
             return
         reason = flow.error.msg if flow.error is not None else "unknown error"
         text = f"the model call to {call.request.url} failed before it completed: {reason}"
-        self.shared.events.write(ErrorEvent(text, id=flow.id))
+        self.shared.events.write(ErrorEvent(text, ErrorKind.UPSTREAM, id=flow.id))
         log.warning("model_call_failed", flow_id=flow.id, provider=call.codec.name)
 
     def finish_in_flight(self) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 from mitmproxy import http
 
 from flowproof.addon.shared import Shared, log
-from flowproof.events import DivergenceEvent, ErrorEvent, McpCallEvent, McpRejectedEvent
+from flowproof.events import DivergenceEvent, ErrorEvent, ErrorKind, McpCallEvent, McpRejectedEvent
 from flowproof.mcp import (
     SESSION_PLACEHOLDER,
     Answer,
@@ -222,7 +222,8 @@ class McpBoundary:
                 self._legacy_reported = True
                 self._write(ErrorEvent(
                     "this MCP server speaks the older HTTP+SSE transport, which flowproof's "
-                    "mcp: boundary does not support yet — use Streamable HTTP (docs/mcp.md)"
+                    "mcp: boundary does not support yet — use Streamable HTTP (docs/mcp.md)",
+                    ErrorKind.MCP,
                 ))
             return chunk
 
@@ -278,6 +279,7 @@ class McpBoundary:
             self._write(ErrorEvent(
                 f"the MCP server `{pending.route.name}` ({pending.route.url}) could not be "
                 f"reached or failed: {reason} — is it running?",
+                ErrorKind.MCP,
                 id=flow.id,
             ))
 

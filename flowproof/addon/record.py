@@ -8,7 +8,7 @@ from flowproof.addon.live import LiveCalls
 from flowproof.addon.shared import Shared, log
 from flowproof.cassette import Cassette, RecordedTurn, save_cassette
 from flowproof.errors import FlowproofError
-from flowproof.events import DoneEvent, ErrorEvent
+from flowproof.events import DoneEvent, ErrorEvent, ErrorKind
 
 __all__ = ["Record"]
 
@@ -45,7 +45,7 @@ class Record(LiveCalls):
         except FlowproofError as e:
             # A recording that silently fails to land is worse than a crash: say it everywhere.
             text = f"flowproof could not write the cassette: {e}"
-            events.write(ErrorEvent(text))
+            events.write(ErrorEvent(text, ErrorKind.CASSETTE_WRITE))
             events.write(DoneEvent((), text))
             print(text, file=sys.stderr, flush=True)
             log.error("cassette_write_failed", path=str(path))

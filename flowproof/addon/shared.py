@@ -16,7 +16,7 @@ from mitmproxy import http
 from flowproof.addon.eventlog import EventLog
 from flowproof.addon.options import AddonConfig
 from flowproof.commands import addon_record_command, record_command
-from flowproof.events import DoneEvent, ErrorEvent, RequestStartedEvent
+from flowproof.events import DoneEvent, ErrorEvent, ErrorKind, RequestStartedEvent
 from flowproof.log import addon_logger
 from flowproof.mcp import McpExchange
 from flowproof.redact import redact_url
@@ -153,7 +153,7 @@ class Shared:
             f"flowproof failed in its {hook} hook for {redact_url(flow.request.pretty_url)}: "
             f"{type(error).__name__}: {error}"
         )
-        self.events.write(ErrorEvent(text, id=flow.id))
+        self.events.write(ErrorEvent(text, ErrorKind.HOOK, id=flow.id))
         log.error("hook_failed", hook=hook, flow_id=flow.id, error=type(error).__name__)
 
     def report_unconsumed(self) -> None:

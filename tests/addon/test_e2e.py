@@ -255,7 +255,7 @@ class TestUpstreamFailures:
         assert proxy.stop() == 0
         assert proxy.events("turn") == []
         (error,) = proxy.events("error")
-        assert "failed before it completed" in error["text"]
+        assert "failed before it completed" in error["text"] and error["kind"] == "upstream"
         assert load_cassette(cassette).turns == ()
 
     def test_recorded_server_error_replays_as_recorded(self, session: Session):

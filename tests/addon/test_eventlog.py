@@ -9,7 +9,7 @@ import pytest
 
 from flowproof.addon.eventlog import EventLog, spliceable_json
 from flowproof.cassette import RecordedRequest, RecordedResponse, RecordedTurn
-from flowproof.events import DoneEvent, ErrorEvent, Listener, ReadyEvent, TurnEvent
+from flowproof.events import DoneEvent, ErrorEvent, ErrorKind, Listener, ReadyEvent, TurnEvent
 
 
 class TestEventLog:
@@ -29,7 +29,7 @@ class TestEventLog:
         path = tmp_path / "e.jsonl"
         log = EventLog(path)
         log.write(ReadyEvent((), "replay"))
-        log.write(ErrorEvent("held back"), flush=False)
+        log.write(ErrorEvent("held back", ErrorKind.OTHER), flush=False)
         assert [json.loads(x)["event"] for x in path.read_text().splitlines()] == ["ready"]
         log.write(DoneEvent())
         assert [json.loads(x)["event"] for x in path.read_text().splitlines()] == ["ready", "error", "done"]
@@ -38,7 +38,7 @@ class TestEventLog:
     def test_close_writes_an_unflushed_line(self, tmp_path: Path):
         path = tmp_path / "e.jsonl"
         log = EventLog(path)
-        log.write(ErrorEvent("last"), flush=False)
+        log.write(ErrorEvent("last", ErrorKind.OTHER), flush=False)
         log.close()
         assert [json.loads(x)["event"] for x in path.read_text().splitlines()] == ["error"]
 
@@ -53,7 +53,7 @@ class TestEventLog:
         path = tmp_path / "e.jsonl"
         log = EventLog(path)
         text = "not utf-8 \udcff\udcfe, cut emoji \ud83d, fine é"
-        log.write(ErrorEvent(text))
+        log.write(ErrorEvent(text, ErrorKind.OTHER))
         log.write(DoneEvent())
         log.close()
         lines = path.read_text(encoding="utf-8").splitlines()

@@ -132,7 +132,7 @@ class TestRecord:
         f.error = tflow.terr()
         harness.addon.error(f)
         (event,) = harness.events("error")
-        assert "failed before it completed" in event["text"]
+        assert "failed before it completed" in event["text"] and event["kind"] == "upstream"
 
     def test_failed_cassette_write_is_visible(self, harness: Harness, capsys: pytest.CaptureFixture[str]):
         """A cassette that cannot be written gives an error event and a line on stderr."""
@@ -218,7 +218,7 @@ class TestRecordEdges:
         harness.addon.error(f)
         harness.addon.done()
         (error,) = harness.events("error")
-        assert "failed before it completed" in error["text"]
+        assert "failed before it completed" in error["text"] and error["kind"] == "upstream"
         assert load_cassette(path).turns == ()
 
     def test_a_call_in_flight_at_shutdown_is_abandoned(self, harness: Harness):

@@ -19,6 +19,7 @@ from flowproof.events import (
     DivergenceEvent,
     DoneEvent,
     ErrorEvent,
+    ErrorKind,
     McpCallEvent,
     ReadyEvent,
     TurnEvent,
@@ -109,12 +110,15 @@ class TestCallFields:
         assert call_fields(TurnEvent("f1", "replay", broken))[1]["model"] is None  # type: ignore[index]
 
     def test_errors_of_a_call_and_mcp_calls(self) -> None:
-        assert call_fields(ErrorEvent("boom", id="f3")) == ("model_call", {"outcome": "error", "text": "boom"})
+        error = ErrorEvent("boom", ErrorKind.UPSTREAM, id="f3")
+        assert call_fields(error) == ("model_call", {"outcome": "error", "text": "boom"})
         assert call_fields(McpCallEvent("exports", "list_rows", "{}", True)) == (
             "mcp_call", {"server": "exports", "tool": "list_rows", "outcome": "answered"},
         )
 
-    @pytest.mark.parametrize("event", [ErrorEvent("no call"), DoneEvent(), ReadyEvent((), "replay")])
+    @pytest.mark.parametrize(
+        "event", [ErrorEvent("no call", ErrorKind.CASSETTE_WRITE), DoneEvent(), ReadyEvent((), "replay")]
+    )
     def test_other_events_are_no_call(self, event: Any) -> None:
         assert call_fields(event) is None
 
