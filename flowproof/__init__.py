@@ -25,7 +25,7 @@ from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, T
 if TYPE_CHECKING:
     from flowproof.assertions import AssertionResult, evaluate
     from flowproof.cassette import Cassette, RecordedTurn, load_cassette, save_cassette
-    from flowproof.compare import CassetteDriftError, CompareResult, compare_responses
+    from flowproof.compare import CompareResult, compare_responses
     from flowproof.expect import (
         assert_no_tool_call,
         assert_reply,
@@ -51,7 +51,6 @@ _LAZY = {
     "RecordedTurn": "flowproof.cassette",
     "load_cassette": "flowproof.cassette",
     "save_cassette": "flowproof.cassette",
-    "CassetteDriftError": "flowproof.compare",
     "CompareResult": "flowproof.compare",
     "compare_responses": "flowproof.compare",
     "FlowSpec": "flowproof.spec",
@@ -79,7 +78,6 @@ __all__ = [
     "AgentError",
     "AssertionResult",
     "Cassette",
-    "CassetteDriftError",
     "CassetteError",
     "CassetteNotFoundError",
     "CompareResult",

@@ -21,6 +21,7 @@ from typing import Any
 
 from flowproof.cassette import Cassette, RecordedTurn
 from flowproof.errors import CassetteError, FlowproofError
+from flowproof.model import Turn
 from flowproof.views import turn_views
 
 __all__ = ["check_cassette", "error_turns"]
@@ -65,8 +66,10 @@ def _turn_strings(turn: RecordedTurn, where: str) -> Iterator[tuple[str, str]]:
     yield from _strings(response.body, f"{where} response body")
 
 
-def check_cassette(cassette: Cassette, path: Path | str) -> None:
-    """Raise `CassetteError` naming turn and field for the first thing that cannot be replayed."""
+def check_cassette(cassette: Cassette, path: Path | str) -> tuple[Turn, ...]:
+    """Raise `CassetteError` naming turn and field for the first thing that cannot be replayed;
+    else the view of every turn, by position (a runner keeps them: views are built once)."""
+    views: list[Turn] = []
     for position, turn in enumerate(cassette.turns):
         where = f"turn {position}"
         for field, text in _turn_strings(turn, where):
@@ -84,12 +87,13 @@ def check_cassette(cassette: Cassette, path: Path | str) -> None:
                     path, f"{where} response event {i} data is not JSON ({e})", _HINT
                 ) from None
         try:
-            turn_views(turn)
+            views.append(turn_views(turn))
         except FlowproofError as e:
             raise CassetteError(
                 path, f"{where} ({turn.provider}) is not a valid exchange for its provider: {e}",
                 _HINT,
             ) from None
+    return tuple(views)
 
 
 def error_turns(cassette: Cassette) -> tuple[str, ...]:

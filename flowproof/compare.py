@@ -1,4 +1,4 @@
-"""Recorded vs live: the verdict on each live call, and the report of a whole compare run.
+"""Recorded vs live: the verdict on each live call (`flowproof.report.compare` lays a run out).
 
 Compare is a read plus a report (docs/compare.md). Equal means the same tool-call
 trajectory (names and arguments as canonical JSON with sorted keys, in order),
@@ -16,16 +16,14 @@ Nothing here touches a cassette.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from flowproof.divergence import ABSENT, diff_fields, format_pair
-from flowproof.errors import EXIT_DRIFT, FlowFailure
 from flowproof.model import FinishReason, ResponseView, ToolCall
 
 __all__ = [
-    "CassetteDriftError",
     "CompareResult",
     "Difference",
     "FinishReasonComparison",
@@ -36,13 +34,8 @@ __all__ = [
     "classify_text",
     "compare_responses",
     "extra_result",
-    "first_drift",
-    "junit_cases",
     "missing_result",
     "record_on_span",
-    "report_comparison",
-    "report_json",
-    "report_lines",
 ]
 
 TextStatus = Literal["exact", "normalized", "different"]
@@ -283,14 +276,6 @@ class CompareResult:
         )
 
 
-class CassetteDriftError(FlowFailure):
-    """A live response drifted from its recording and no compare handler was registered."""
-
-    def __init__(self, result: CompareResult) -> None:
-        self.result = result
-        super().__init__(result.render(), exit_code=EXIT_DRIFT)
-
-
 def classify_text(recorded: str, live: str) -> TextComparison:
     """Classify two texts: exact, normalized (trim, collapse, lowercase) or different."""
     if recorded == live:
@@ -408,103 +393,7 @@ def record_on_span(result: CompareResult) -> None:
         span.set_attribute("flowproof.compare_text_status", result.text.status)
 
 
-def report_comparison(
-    result: CompareResult, handler: Callable[[CompareResult], object] | None = None
-) -> None:
-    """Hand ``result`` to ``handler``, or raise `CassetteDriftError` when it is not equal.
-
-    The span attribute first, then the handler if one is registered (it receives
-    every result, equal or not, paired or not, and decides), else drift fails.
-    """
-    record_on_span(result)
-    if handler is not None:
-        handler(result)
-        return
-    if not result.equal:
-        raise CassetteDriftError(result)
-
-
-# --------------------------------------------------------------------------- report helpers
-
-
-def first_drift(results: Sequence[CompareResult]) -> CompareResult | None:
-    """The first unequal result in the order given (live completion order, missing last)."""
-    return next((r for r in results if not r.equal), None)
-
-
-def report_lines(results: Sequence[CompareResult]) -> list[str]:
-    """The compare section of a text report.
-
-    A count line, one line per result (turn, thread, equal, finish reason, text
-    status), every request-side note, the first drift in full and the later
-    drifts counted: a later drift may follow from the first, so it is not
-    explained as if it stood alone.
-    """
-    drifts = [r for r in results if not r.equal]
-    kinds = {k: sum(1 for r in drifts if r.kind == k) for k in ("paired", "extra", "missing")}
-    head = f"compare: {len(results)} result(s), {len(results) - len(drifts)} equal, {len(drifts)} drifted"
-    if drifts:
-        head += f" ({kinds['paired']} changed, {kinds['extra']} extra, {kinds['missing']} missing)"
-    lines = [head]
-    lines += [f"  {_row(r)}" for r in results]
-    for context in (r.context for r in results if r.context is not None):
-        lines += ["  " + line for line in context.lines()]
-    first = first_drift(results)
-    if first is not None:
-        lines.append("first drift:")
-        lines += ["  " + line for line in first.render().splitlines()]
-        later = len(drifts) - 1
-        if later:
-            lines.append(
-                f"{later} later drift(s), listed above and not detailed: they may follow from"
-                " the first; fix it and compare again"
-            )
-    return lines
-
-
-def report_json(results: Sequence[CompareResult]) -> dict[str, Any]:
-    """The compare section of a JSON report: the structured results, not prose."""
-    first = first_drift(results)
-    return {
-        "equal": first is None,
-        "results": [r.to_json() for r in results],
-        "first_drift": results.index(first) if first is not None else None,
-        "drifts": sum(1 for r in results if not r.equal),
-    }
-
-
-def junit_cases(results: Sequence[CompareResult]) -> list[dict[str, Any]]:
-    """One JUnit-ready testcase per result: ``name``, ``passed``, and for drift ``message``/``text``."""
-    cases: list[dict[str, Any]] = []
-    for r in results:
-        case: dict[str, Any] = {"name": f"{r.place()} [{r.kind}]", "passed": r.equal}
-        if not r.equal:
-            case["message"] = r.render().splitlines()[0]
-            case["text"] = r.render()
-        cases.append(case)
-    return cases
-
-
 # --------------------------------------------------------------------------- helpers
-
-
-def _row(r: CompareResult) -> str:
-    """One result as a report line: where, thread, depth, equal, finish reason, text status."""
-    where = f"turn {r.turn}" if r.turn is not None else f"live call {r.live_call}"
-    equal = "equal true" if r.equal else f"equal false ({r.kind})"
-    fr = r.finish_reason
-    if fr.recorded is not None and fr.live is not None and not fr.equal:
-        finish = f"recorded {fr.recorded.value}, live {fr.live.value}"
-    elif fr.recorded is None:
-        finish = f"live {_value(fr.live)}"
-    elif fr.live is None:
-        finish = f"recorded {fr.recorded.value}"
-    else:
-        finish = fr.live.value
-    return (
-        f"{where} | thread {r.thread} | depth {r.depth} | {equal}"
-        f" | finish reason {finish} | text {r.text.status or '-'}"
-    )
 
 
 def _reason(value: str | None) -> FinishReason | None:

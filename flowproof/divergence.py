@@ -34,6 +34,7 @@ __all__ = [
     "DivergenceKind",
     "FieldChange",
     "explain_miss",
+    "missing_calls",
     "format_pair",
     "format_value",
 ]
@@ -514,3 +515,17 @@ def explain_miss(
         note=note,
         hint=hint,
     )
+
+
+def missing_calls(indexes: Sequence[int]) -> Divergence | None:
+    """The recorded turns never requested (their ``index``, in recorded order) as a ``missing``
+    divergence, or None when there are none."""
+    if not indexes:
+        return None
+    named = ", ".join(str(i) for i in indexes)
+    if len(indexes) == 1:
+        note = f"1 recorded turn was never requested: turn {named}"
+    else:
+        note = f"{len(indexes)} recorded turns were never requested: turns {named}"
+    note += " (the agent made fewer calls than recorded)"
+    return Divergence(kind="missing", request_number=None, closest_index=indexes[0], note=note)

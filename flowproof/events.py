@@ -6,15 +6,22 @@ Each event class turns itself into that object (`to_json`) and back
 only ever writes these classes and the runner only ever reads them, so the
 two sides cannot disagree on a key.
 
-Reading is lenient where the old dict readers were (a missing text is ``""``,
+The log carries data, not prose meant for a report: a replayed turn is named by
+its place in the cassette the runner loaded (`ReplayedTurnEvent`), a divergence
+is `Divergence.to_json()`, a compare result `CompareResult.to_json()`, an error
+has a `ErrorKind`; the runner reads them once (`flowproof.run_record`) and
+renders text itself.
+
+Reading is lenient about what a judge does not need (a missing text is ``""``,
 a non-integer in ``unconsumed`` is skipped), strict where a value is needed to
-judge a run: a turn that is not a cassette turn raises `CassetteError`. An
-event this flowproof does not know (a newer addon) becomes `UnknownEvent`.
+judge a run: a turn that is not a cassette turn, or a replayed turn without its
+index and hash, raises `CassetteError`. An event this flowproof does not know
+becomes `UnknownEvent`.
 
 Pure: no I/O.
 
->>> parse_event(DoneEvent(unconsumed=(2,), text="t").to_json())
-DoneEvent(unconsumed=(2,), text='t')
+>>> parse_event(DoneEvent(unconsumed=(2,)).to_json())
+DoneEvent(unconsumed=(2,))
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from flowproof.cassette import RecordedTurn, turn_from_json, turn_to_json
+from flowproof.errors import CassetteError
 
 __all__ = [
     "ComparedEvent",
@@ -35,9 +43,11 @@ __all__ = [
     "ErrorKind",
     "Event",
     "McpCallEvent",
+    "McpDivergenceEvent",
     "McpRejectedEvent",
     "Listener",
     "ReadyEvent",
+    "ReplayedTurnEvent",
     "RequestStartedEvent",
     "TlsFailedEvent",
     "TurnEvent",
@@ -61,7 +71,7 @@ def _id(obj: Mapping[str, Any]) -> str | None:
 
 
 def _ms(obj: Mapping[str, Any]) -> float | None:
-    """A duration field: a number, else None (an older addon wrote none)."""
+    """A duration field: a number, else None (not measured)."""
     value = obj.get("ms")
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -122,7 +132,7 @@ class RequestStartedEvent:
 
 @dataclass(frozen=True, slots=True)
 class TurnEvent:
-    """A model call completed: in replay the recorded turn served, else the live turn."""
+    """A live model call (record, compare) completed or was abandoned: the turn as recorded."""
 
     NAME: ClassVar[str] = "turn"
     id: str
@@ -154,12 +164,51 @@ class TurnEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplayedTurnEvent:
+    """Replay: a model call was answered from the cassette, named by ``index``, its position in
+    the cassette's turns (the cassette the runner loaded and checked). ``body_sha256`` is the
+    hash the request matched: the runner checks it against that turn, so a cassette changed
+    under a run is caught instead of misread."""
+
+    NAME: ClassVar[str] = "turn"
+    MODE: ClassVar[str] = "replay"
+    id: str
+    index: int
+    body_sha256: str
+    #: Milliseconds from the request's arrival at the proxy to this event (None: not measured).
+    ms: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "event": self.NAME,
+            "id": self.id,
+            "mode": self.MODE,
+            "index": self.index,
+            "body_sha256": self.body_sha256,
+        }
+        if self.ms is not None:
+            out["ms"] = self.ms
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ReplayedTurnEvent:
+        """Raises `CassetteError` without an integer ``index`` and a ``body_sha256``."""
+        index, sha = obj.get("index"), obj.get("body_sha256")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0 or not isinstance(sha, str):
+            raise CassetteError(
+                EVENT_LOG_SOURCE,
+                f"replayed turn {_text(obj, 'id')!r} does not name its cassette turn "
+                "(an integer `index` and its `body_sha256`)",
+            )
+        return cls(_text(obj, "id"), index, sha, _ms(obj))
+
+
+@dataclass(frozen=True, slots=True)
 class DivergenceEvent:
-    """Replay: a request matched nothing; ``divergence`` is `Divergence.to_json()`."""
+    """Replay: a model request matched nothing; ``divergence`` is `Divergence.to_json()`."""
 
     NAME: ClassVar[str] = "divergence"
     id: str
-    text: str
     divergence: Mapping[str, Any] = field(default_factory=dict)
     #: The call's wire codec and model, and milliseconds from its arrival to this event.
     provider: str | None = None
@@ -167,12 +216,7 @@ class DivergenceEvent:
     ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "event": self.NAME,
-            "id": self.id,
-            "text": self.text,
-            "divergence": dict(self.divergence),
-        }
+        out: dict[str, Any] = {"event": self.NAME, "id": self.id, "divergence": dict(self.divergence)}
         for key in ("provider", "model", "ms"):
             value = getattr(self, key)
             if value is not None:
@@ -185,7 +229,6 @@ class DivergenceEvent:
         provider, model = obj.get("provider"), obj.get("model")
         return cls(
             _text(obj, "id"),
-            _text(obj),
             divergence if isinstance(divergence, Mapping) else {},
             None if provider is None else str(provider),
             None if model is None else str(model),
@@ -194,35 +237,46 @@ class DivergenceEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class McpDivergenceEvent:
+    """Replay: a request to an MCP server matched no recorded exchange, or (``id`` "", at
+    shutdown) recorded exchanges were never requested; ``text`` says which (docs/mcp.md)."""
+
+    NAME: ClassVar[str] = "mcp_divergence"
+    id: str
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, "id": self.id, "text": self.text}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> McpDivergenceEvent:
+        return cls(_text(obj, "id"), _text(obj))
+
+
+@dataclass(frozen=True, slots=True)
 class DriftEvent:
-    """Compare: a live response differs from the recording (``result``), or the compare
-    handler rejected a result (``handled``; ``text`` is its message). ``divergence``
-    is kept for logs of older addons."""
+    """Compare: a result (``result``, `CompareResult.to_json()`) is not equal, or the compare
+    handler rejected it (``handled``; ``text`` is the handler's message)."""
 
     NAME: ClassVar[str] = "drift"
     id: str
     text: str
-    result: Mapping[str, Any] | None
-    divergence: Mapping[str, Any] | None = None
+    result: Mapping[str, Any]
     handled: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"event": self.NAME, "id": self.id, "text": self.text}
-        out["result"] = dict(self.result) if self.result is not None else None
-        if self.divergence is not None:
-            out["divergence"] = dict(self.divergence)
+        out: dict[str, Any] = {"event": self.NAME, "id": self.id, "text": self.text, "result": dict(self.result)}
         if self.handled:
             out["handled"] = True
         return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> DriftEvent:
-        result, divergence = obj.get("result"), obj.get("divergence")
+        result = obj.get("result")
         return cls(
             _text(obj, "id"),
             _text(obj),
-            result if isinstance(result, Mapping) else None,
-            divergence if isinstance(divergence, Mapping) else None,
+            result if isinstance(result, Mapping) else {},
             bool(obj.get("handled")),
         )
 
@@ -317,14 +371,13 @@ class ErrorEvent:
 
 @dataclass(frozen=True, slots=True)
 class DoneEvent:
-    """Shutdown: the recorded turns never requested (replay, compare) and a summary text."""
+    """Shutdown: the indexes of the recorded turns never requested (replay, compare)."""
 
     NAME: ClassVar[str] = "done"
     unconsumed: tuple[int, ...] = ()
-    text: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"event": self.NAME, "unconsumed": list(self.unconsumed), "text": self.text}
+        return {"event": self.NAME, "unconsumed": list(self.unconsumed)}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> DoneEvent:
@@ -334,7 +387,7 @@ class DoneEvent:
             if isinstance(raw, list | tuple)
             else ()
         )
-        return cls(unconsumed, _text(obj))
+        return cls(unconsumed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,7 +442,9 @@ Event = (
     ReadyEvent
     | RequestStartedEvent
     | TurnEvent
+    | ReplayedTurnEvent
     | DivergenceEvent
+    | McpDivergenceEvent
     | DriftEvent
     | ComparedEvent
     | TlsFailedEvent
@@ -407,6 +462,7 @@ _CLASSES: dict[str, Any] = {
         RequestStartedEvent,
         TurnEvent,
         DivergenceEvent,
+        McpDivergenceEvent,
         DriftEvent,
         ComparedEvent,
         TlsFailedEvent,
@@ -421,9 +477,12 @@ _CLASSES: dict[str, Any] = {
 def parse_event(obj: Mapping[str, Any]) -> Event:
     """The typed event of one log line (parsed JSON); `UnknownEvent` for a name not known here.
 
-    Raises `CassetteError` for a ``turn`` event whose turn is not a cassette turn.
+    Raises `CassetteError` for a ``turn`` event whose turn is not a cassette turn (a live
+    turn) or that does not name its cassette turn (a replayed one).
     """
     name = str(obj.get("event", ""))
+    if name == ReplayedTurnEvent.NAME and obj.get("mode") == ReplayedTurnEvent.MODE:
+        return ReplayedTurnEvent.from_json(obj)
     cls = _CLASSES.get(name)
     if cls is None:
         return UnknownEvent(name, dict(obj))

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -60,7 +60,6 @@ __all__ = [
     "Reject",
     "SESSION_PLACEHOLDER",
     "call_tool_result",
-    "calls_from_events",
     "decide",
     "error_response",
     "exchange_from_json",
@@ -550,38 +549,6 @@ class McpCall:
             "answered": self.answered,
             "after_turns": self.after_turns,
         }
-
-
-def calls_of(server: str, calls: Iterable[tuple[str, Any]], answered: bool, after_turns: int) -> list[McpCall]:
-    """`McpCall` values for (tool, arguments) pairs (arguments kept as canonical-order JSON text)."""
-    return [
-        McpCall(server, name, json.dumps(arguments, ensure_ascii=False), answered, after_turns)
-        for name, arguments in calls
-    ]
-
-
-def calls_from_events(events: Sequence[Mapping[str, Any]]) -> list[McpCall]:
-    """The `McpCall` of every ``mcp_call`` event of an event log, placed by the ``turn`` events before it."""
-    out: list[McpCall] = []
-    turns = 0
-    for event in events:
-        kind = event.get("event")
-        if kind == "turn":
-            turn = event.get("turn")
-            # An abandoned call is no model turn of the trajectory (docs/cassette.md).
-            if not (isinstance(turn, dict) and turn.get("abandoned")):
-                turns += 1
-        elif kind == "mcp_call" and isinstance(event.get("name"), str):
-            out.append(
-                McpCall(
-                    server=str(event.get("server", "")),
-                    name=event["name"],
-                    arguments_raw=str(event.get("arguments", "{}")),
-                    answered=bool(event.get("answered")),
-                    after_turns=turns,
-                )
-            )
-    return out
 
 
 # --------------------------------------------------------------------------- routing

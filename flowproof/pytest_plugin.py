@@ -24,16 +24,17 @@ import fcntl
 import os
 import shlex
 from collections.abc import Generator, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from flowproof.errors import FlowFailure, FlowproofError
+from flowproof.report.text import next_step, render_flow
 from flowproof.runner.collect import FLOW_SUFFIX
 from flowproof.runner.env import CAFiles, default_ca_dir, ensure_ca
 from flowproof.runner.flow import MODES, RunOptions, run_flow
-from flowproof.runner.report import next_step, render_flow
 from flowproof.runner.session import ProxySession, session_report
 from flowproof.runner.warm import ProxyPool, warm_enabled
 from flowproof.spec import load_spec
@@ -106,6 +107,8 @@ class FlowItem(pytest.Item):
         _shared_ca()
         pool = proxy_pool(self.config) if warm_enabled() else None
         result = run_flow(self.path, RunOptions(mode=mode, proxies=pool))
+        # Under pytest the flow is recorded again through pytest: the report is told that command.
+        result = replace(result, record_command=record_under_pytest(self.nodeid))
         report = render_flow(result) + "\n" + next_step(result)
         self.user_properties.append(("flowproof_exit_code", result.exit_code))
         # Which warm proxy served the flow (none when it needed one of its own): the proof
@@ -125,6 +128,11 @@ class FlowItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"flow: {self.name}"
+
+
+def record_under_pytest(nodeid: str) -> str:
+    """The command that records the cassette of the test ``nodeid`` again, through pytest."""
+    return f"pytest {shlex.quote(nodeid)} --flowproof-mode record"
 
 
 def _shared_ca() -> CAFiles:
@@ -187,7 +195,7 @@ class FlowproofProxy:
             extra_hosts=extra_hosts,
             ca=_shared_ca(),
             name=self._item.nodeid,
-            rerecord=f"pytest {shlex.quote(self._item.nodeid)} --flowproof-mode record",
+            rerecord=record_under_pytest(self._item.nodeid),
             allow_error_turns=allow_error_turns,
         )
         session.start()

@@ -43,9 +43,11 @@ ViewOf = Callable[[str, Any], RequestView | None]
 
 @dataclass(frozen=True, slots=True)
 class Replay:
-    """The request matched: serve ``turn``'s recorded response."""
+    """The request matched: serve ``turn``'s recorded response; ``position`` is its place in
+    the cassette's turns (what the event log names it by)."""
 
     turn: RecordedTurn
+    position: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +67,8 @@ class Replayer:
         self.cassette = cassette
         self._view_of = view_of
         self._lock = threading.Lock()
-        #: match key (`match_key`) -> positions in ``cassette.turns`` not yet served, in recorded order.
-        self.index: dict[str, deque[int]] = {}
+        # match key (`match_key`) -> positions in ``cassette.turns`` not yet served, in recorded order.
+        self._index: dict[str, deque[int]] = {}
         # Every position per key, kept to explain an extra call after all are served.
         self._all: dict[str, list[int]] = {}
         #: The path fields of each recorded turn, by position (for the divergence report).
@@ -74,7 +76,7 @@ class Replayer:
         for pos, turn in enumerate(cassette.turns):
             self._path_fields.append(turn_path_fields(turn))
             key = match_key(turn.request.body_sha256, self._path_fields[pos])
-            self.index.setdefault(key, deque()).append(pos)
+            self._index.setdefault(key, deque()).append(pos)
             self._all.setdefault(key, []).append(pos)
         self._consumed: set[int] = set()
         self._requests = 0
@@ -122,11 +124,11 @@ class Replayer:
                         note=f"the replay already diverged at request {self._failed_at}",
                     )
                 )
-            queue = self.index.get(key)
+            queue = self._index.get(key)
             if queue:
                 pos = queue.popleft()
                 self._consumed.add(pos)
-                return Replay(self.cassette.turns[pos])
+                return Replay(self.cassette.turns[pos], pos)
             self._failed_at = number
             if queue is not None:
                 last = self.cassette.turns[self._all[key][-1]]
@@ -180,21 +182,6 @@ class Replayer:
         return [
             t for pos, t in enumerate(self.cassette.turns) if pos not in consumed and not t.abandoned
         ]
-
-    def missing_divergence(self) -> Divergence | None:
-        """The unserved turns as a "missing" divergence (calls the agent never made), or None."""
-        left = self.unconsumed()
-        if not left:
-            return None
-        indices = ", ".join(str(t.index) for t in left)
-        if len(left) == 1:
-            note = f"1 recorded turn was never requested: turn {indices}"
-        else:
-            note = f"{len(left)} recorded turns were never requested: turns {indices}"
-        note += " (the agent made fewer calls than recorded)"
-        return Divergence(
-            kind="missing", request_number=None, closest_index=left[0].index, note=note
-        )
 
 
 _ROUTE_WORDS = {

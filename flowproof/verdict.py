@@ -1,6 +1,9 @@
-"""The run verdict: from the proxy's events and the agent's outcome to an exit code.
+"""The one judge of a run: from its record and the agent's outcome to an exit code, the
+checked steps and the fate of a recording.
 
-The one owner of the ladder that decides how a flow run ends (docs/runner.md):
+`flowproof-run`, the pytest flow item and the ``flowproof_proxy`` fixture all
+judge here (docs/runner.md). `judge` builds the trajectory once from the
+`RunRecord`, runs the ladder (`decide_exit`):
 
 1. a replay divergence (it explains whatever the agent did next) → 3;
 2. the agent failed (timed out, exited non-zero) → 5, then any proxy error → 5;
@@ -8,12 +11,16 @@ The one owner of the ladder that decides how a flow run ends (docs/runner.md):
    unchecked);
 4. recorded calls never made (replay) → 3; compare: without a handler any unequal
    result (changed, extra, missing) → 4, with one any result it rejected → 4;
-5. a failed step → 1; else 0.
+5. a failed step → 1; else 0;
 
-What happens to a staged recording follows from it (`Verdict.recording`):
-it is rejected on 1-5 and kept on a pass. The steps are evaluated only when
-the ladder reaches them (``steps`` is called then), exactly as a run that
-diverged reports no steps.
+and decides what happens to a staged recording (`Verdict.recording`): rejected on
+1-5, and on a pass kept unless the caller's test failed, it holds an HTTP error
+turn the flow did not allow, or no model call went through the proxy. The steps
+are evaluated only when the ladder reaches them, exactly as a run that diverged
+reports no steps.
+
+Text that depends on where the run was started (the command that records again,
+how to allow error turns) is data the edge passes in (`Advice`, `FlowResult.record_command`).
 
 Pure: plain data in, a `Verdict` out — testable without a proxy or an agent.
 """
@@ -21,11 +28,14 @@ Pure: plain data in, a `Verdict` out — testable without a proxy or an agent.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from flowproof.assertions import Mismatch
+from flowproof.assertions import Mismatch, describe_assertion, evaluate
 from flowproof.cassette import Cassette
+from flowproof.cassette_check import error_turns
+from flowproof.commands import record_command as flow_record_command
 from flowproof.compare import CompareResult
 from flowproof.errors import (
     EXIT_AGENT,
@@ -33,31 +43,26 @@ from flowproof.errors import (
     EXIT_DIVERGENCE,
     EXIT_DRIFT,
     EXIT_OK,
-    FlowproofError,
 )
-from flowproof.events import (
-    ComparedEvent,
-    DivergenceEvent,
-    DoneEvent,
-    DriftEvent,
-    ErrorEvent,
-    ErrorKind,
-    Event,
-    TlsFailedEvent,
-    TurnEvent,
-)
-from flowproof.views import turn_views
+from flowproof.events import ErrorKind
+from flowproof.guard import guard_evidence
+from flowproof.model import ToolCall
+from flowproof.run_record import EMPTY_RUN, Miss, MissingCalls, RunRecord
+from flowproof.spec.types import FlowSpec, ToolCallAssertion
+from flowproof.trajectory import MCP, Trajectory, boundary_of
 
 __all__ = [
+    "Advice",
     "AgentOutcome",
+    "FlowResult",
     "RecordingFate",
     "StepResult",
     "Verdict",
-    "abandoned_notes",
     "agent_error",
-    "compare_results",
+    "call_label",
     "decide_exit",
-    "missing_text",
+    "judge",
+    "step_line",
 ]
 
 #: What becomes of a staged recording: kept as the cassette, kept aside as rejected, or neither.
@@ -90,15 +95,26 @@ class StepResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Advice:
+    """How the edge that started a run words what its user can do about a refused recording."""
+
+    #: How to keep a recording that holds HTTP error turns (``pass --allow-error-turns …``).
+    allow_error_turns: str
+    #: What to check when no model call went through the proxy at record.
+    no_model_call: str
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
-    """How a run ends, and everything from the event log that the report shows."""
+    """How a run ends, and what of its record the report shows."""
 
     exit_code: int
     recording: RecordingFate = "none"
     error: str | None = None
-    divergences: tuple[str, ...] = ()
+    divergences: tuple[Miss, ...] = ()
+    #: Compare: the texts of the results a compare handler rejected.
     drifts: tuple[str, ...] = ()
-    missing: str | None = None
+    missing: MissingCalls | None = None
     errors: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     #: The evaluated steps, or None when the ladder stopped before them.
@@ -107,55 +123,12 @@ class Verdict:
     compare: tuple[CompareResult, ...] = ()
     #: Why an exit-5 run failed, so the advice fits: "timeout", "upstream", "crash" or None.
     failure: str | None = None
-
-
-def compare_results(events: Sequence[Event]) -> tuple[tuple[CompareResult, ...], tuple[str, ...]]:
-    """The compare results of the ``compared``/``drift`` events in log order, and a problem
-    text for each result the log holds that cannot be read back."""
-    results: list[CompareResult] = []
-    problems: list[str] = []
-    for e in events:
-        if isinstance(e, ComparedEvent | DriftEvent) and e.result:
-            try:
-                results.append(CompareResult.from_json(e.result))
-            except (KeyError, ValueError, TypeError) as err:
-                problems.append(f"the proxy logged a compare result flowproof cannot read: {err!r}")
-    return tuple(results), tuple(problems)
-
-
-def missing_text(events: Sequence[Event], existing: Cassette | None) -> str | None:
-    """The missing-calls report from the last ``done`` event, or None when every recorded
-    turn was requested. Falls back to a list of the turns (with their models) when the
-    addon gave no text."""
-    done = next((e for e in reversed(events) if isinstance(e, DoneEvent)), None)
-    if done is None or not done.unconsumed:
-        return None
-    if done.text:
-        return done.text
-    lines = [f"{len(done.unconsumed)} recorded call(s) were never made (missing calls):"]
-    by_index = {t.index: t for t in existing.turns} if existing is not None else {}
-    for index in done.unconsumed:
-        turn = by_index.get(index)
-        if turn is None:
-            lines.append(f"- turn {index}")
-            continue
-        try:
-            model = turn_views(turn).request.model  # through the codec: Gemini names it in the path
-        except FlowproofError:
-            model = None
-        lines.append(f"- turn {index} ({turn.provider}{', ' + model if model else ''})")
-    return "\n".join(lines)
-
-
-def abandoned_notes(events: Sequence[Event]) -> list[str]:
-    """One note per call the agent abandoned at record: never a failure by itself, but worth
-    knowing (docs/cassette.md, "Abandoned turns")."""
-    return [
-        f"turn {e.turn.index} ({e.turn.provider}) was abandoned by the agent before its answer "
-        "ended; it is recorded as abandoned and counts for neither the reply nor the tool calls"
-        for e in events
-        if isinstance(e, TurnEvent) and e.turn.abandoned
-    ]
+    #: What the agent did, built once from the record (None when a turn cannot be read).
+    trajectory: Trajectory | None = field(default=None, compare=False)
+    #: The evidence behind each assert_no_tool_call (`GuardEvidence.to_json`), with the steps.
+    guards: tuple[dict[str, Any], ...] = ()
+    #: A kept recording's HTTP error turns (allowed by the flow), one line each.
+    error_turns: tuple[str, ...] = ()
 
 
 def agent_error(run: AgentOutcome, timeout: float, tls: Sequence[str]) -> str | None:
@@ -187,61 +160,51 @@ def agent_error(run: AgentOutcome, timeout: float, tls: Sequence[str]) -> str | 
 
 
 def decide_exit(
-    events: Sequence[Event],
+    record: RunRecord,
     run: AgentOutcome,
     steps: Callable[[], Sequence[StepResult]],
     mode: str,
     *,
     timeout: float,
     handler: str | None = None,
-    existing: Cassette | None = None,
 ) -> Verdict:
-    """The verdict on one run in ``mode`` (``record``, ``replay`` or ``compare``).
+    """The ladder's verdict on one run in ``mode`` (``record``, ``replay`` or ``compare``).
 
-    ``events`` is the proxy's typed event log, ``run`` the agent's outcome,
-    ``steps`` evaluates the spec against the trajectory (called only when the
-    ladder gets that far), ``handler`` the compare handler in effect (it decides:
-    only the results it rejected fail the run), ``existing`` the recorded cassette (names missing calls).
+    ``record`` is the run's record, ``run`` the agent's outcome, ``steps`` evaluates the
+    spec against the trajectory (called only when the ladder gets that far), ``handler``
+    the compare handler in effect (it decides: only the results it rejected fail the run).
     """
-    divergences = tuple(e.text for e in events if isinstance(e, DivergenceEvent))
-    compared, unreadable = compare_results(events) if mode == "compare" else ((), ())
-    # A plain unequal result is in `compared` already; only a handler's rejection (or a
-    # drift without a result) is listed as text of its own.
-    drifts = tuple(
-        e.text for e in events if isinstance(e, DriftEvent) and (e.handled or not e.result)
-    ) if mode == "compare" else ()
-    errors = tuple(e.text for e in events if isinstance(e, ErrorEvent)) + unreadable
-    tls = tuple(e.text for e in events if isinstance(e, TlsFailedEvent))
-    missing = missing_text(events, existing) if mode == "replay" else None
-    notes: list[str] = abandoned_notes(events) if mode == "record" else []
+    compared = record.compare if mode == "compare" else ()
+    # A plain unequal result is in `compared` already; a handler's rejection is a text of its own.
+    drifts = record.rejected_by_handler if mode == "compare" else ()
+    errors = tuple(e.text for e in record.errors)
+    tls = tuple(f.text for f in record.tls_failures)
+    missing = record.missing if mode == "replay" else None
+    notes: list[str] = _abandoned_notes(record) if mode == "record" else []
     base = Verdict(
-        EXIT_OK, divergences=divergences, drifts=drifts, missing=missing, errors=errors, compare=compared
+        EXIT_OK, divergences=record.misses, drifts=drifts, missing=missing, errors=errors, compare=compared
     )
 
-    def failed(
-        code: int, error: str | None = None, *, reject: bool = True, **changes: Any
-    ) -> Verdict:
+    def failed(code: int, error: str | None = None, *, reject: bool = True, **changes: Any) -> Verdict:
         fate: RecordingFate = "reject" if reject and mode == "record" else "none"
         fields: dict[str, Any] = {"notes": tuple(notes), **changes}
-        return _replace(base, exit_code=code, recording=fate, error=error, **fields)
+        return replace(base, exit_code=code, recording=fate, error=error, **fields)
 
-    if divergences:
+    if record.misses:
         # Turns left unconsumed after a divergence are its cascade, not news: not reported.
         return failed(EXIT_DIVERGENCE, missing=None, notes=())
     why = agent_error(run, timeout, tls)
     # An agent that dies after its model call failed upstream is a casualty, not the cause.
-    upstream = any(isinstance(e, ErrorEvent) and e.kind is ErrorKind.UPSTREAM for e in events)
+    upstream = any(e.kind is ErrorKind.UPSTREAM for e in record.errors)
     if why is not None:
         failure = "timeout" if run.timed_out else ("upstream" if upstream else "crash")
         return failed(EXIT_AGENT, why, notes=(), failure=failure)
     if errors:
         return failed(EXIT_AGENT, errors[0], notes=(), failure="upstream" if upstream else None)
-    if not any(isinstance(e, DoneEvent) for e in events):
+    if not record.done:
         notes.append("the proxy did not report a clean shutdown (no `done` event)")
         if mode == "record":
-            return failed(
-                EXIT_AGENT, "the proxy did not finish writing the recording — nothing was saved"
-            )
+            return failed(EXIT_AGENT, "the proxy did not finish writing the recording — nothing was saved")
         if mode in ("replay", "compare"):
             # The recorded turns never requested are found at shutdown: without the `done`
             # event a run that skipped calls would pass unchecked.
@@ -253,18 +216,166 @@ def decide_exit(
             )
 
     checked = tuple(steps())
-    result = _replace(base, steps=checked, notes=tuple(notes))
+    result = replace(base, steps=checked, notes=tuple(notes))
     if missing:
-        return _replace(result, exit_code=EXIT_DIVERGENCE)
+        return replace(result, exit_code=EXIT_DIVERGENCE)
     # With a handler it decides (a rejection is a drift text); without one, any unequal result.
     if drifts or (not handler and any(not r.equal for r in compared)):
-        return _replace(result, exit_code=EXIT_DRIFT)
+        return replace(result, exit_code=EXIT_DRIFT)
     if not all(s.passed for s in checked):
-        return _replace(
-            result, exit_code=EXIT_ASSERTION, recording="reject" if mode == "record" else "none"
+        return replace(result, exit_code=EXIT_ASSERTION, recording="reject" if mode == "record" else "none")
+    return replace(result, recording="keep" if mode == "record" else "none")
+
+
+def judge(
+    record: RunRecord,
+    run: AgentOutcome,
+    mode: str,
+    *,
+    advice: Advice,
+    spec: FlowSpec | None = None,
+    timeout: float = 0.0,
+    handler: str | None = None,
+    allow_error_turns: bool = False,
+    test_failed: bool = False,
+) -> Verdict:
+    """The whole verdict on one run: the trajectory (built once), the ladder with ``spec``'s
+    steps and guard evidence (none without a spec), and the fate of a recording.
+
+    ``test_failed``: the caller's own test failed (the fixture), so a recording is not kept.
+    Raises the `FlowproofError` of a turn no codec reads when the ladder reaches the steps.
+    """
+    mcp_tools = frozenset(t.name for server in spec.mcp for t in server.tools) if spec is not None else frozenset()
+    trajectory = record.trajectory(mcp_tools) if record.readable() else None
+    guards: list[dict[str, Any]] = []
+
+    def steps() -> tuple[StepResult, ...]:
+        checked = trajectory if trajectory is not None else record.trajectory(mcp_tools)
+        if spec is None:
+            return ()
+        guards.extend(g.to_json() for g in guard_evidence(spec, checked))
+        return tuple(
+            StepResult(
+                passed=r.passed,
+                message=r.message,
+                location=str(r.location) if r.location else None,
+                source=step_line(r.step),
+                mismatches=r.mismatches,
+            )
+            for r in evaluate(spec, checked)
         )
-    return _replace(result, recording="keep" if mode == "record" else "none")
+
+    verdict = decide_exit(record, run, steps, mode, timeout=timeout, handler=handler)
+    notes = (*verdict.notes, *record.mcp_rejected)
+    verdict = replace(verdict, trajectory=trajectory, guards=tuple(guards), notes=notes)
+    if verdict.recording != "keep":
+        return verdict
+    if test_failed:
+        return replace(verdict, recording="reject")
+    errors = error_turns(Cassette(tuple(t.recorded for t in record.turns)))
+    if errors and not allow_error_turns:
+        # An error turn is usually a flaky upstream, not the behaviour the flow means to pin.
+        return replace(
+            verdict, exit_code=EXIT_AGENT, recording="reject", failure="upstream", notes=(*notes, *errors),
+            error=f"{errors[0]}; a cassette with error turns is not kept — record again when the "
+                  f"upstream is healthy, or {advice.allow_error_turns} if it tests error handling",
+        )
+    if not record.turns:
+        # An empty recording must not replace a good cassette, nor be minted.
+        return replace(
+            verdict, exit_code=EXIT_AGENT, recording="reject",
+            error=f"no model call went through the proxy, so there is nothing to record — {advice.no_model_call}",
+        )
+    return replace(verdict, notes=(*notes, *errors), error_turns=errors)
 
 
-def _replace(verdict: Verdict, **changes: Any) -> Verdict:
-    return replace(verdict, **changes)
+def _abandoned_notes(record: RunRecord) -> list[str]:
+    """One note per call the agent abandoned at record: never a failure by itself, but worth
+    knowing (docs/cassette.md, "Abandoned turns")."""
+    return [
+        f"turn {t.recorded.index} ({t.recorded.provider}) was abandoned by the agent before its answer "
+        "ended; it is recorded as abandoned and counts for neither the reply nor the tool calls"
+        for t in record.abandoned
+    ]
+
+
+def call_label(call: ToolCall) -> str:
+    """A trajectory call as reports list it: the name, marked when it crossed the MCP boundary."""
+    return f"{call.name} (mcp)" if boundary_of(call) == MCP else str(call.name)
+
+
+def step_line(step: Any) -> str:
+    """A step as the report lists it, reading as what it checks: ``no call to issue_refund``
+    (a bare name after ✓ would read as if the tool had been called), ``create_booking where
+    flight.id equals KQ311``, ``reply contains booked``; ``strict: true`` for the strict check."""
+    if step is None:
+        return "strict: true"
+    if isinstance(step, ToolCallAssertion):
+        what = describe_assertion(step)
+        return f"no call to {what}" if step.negated else what
+    source = getattr(step, "source", None)
+    if source:
+        return str(source)
+    return type(step).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class FlowResult:
+    """One flow's verdict and everything the reports show (text, JSON, JUnit, HTML, pytest).
+
+    ``record_command`` is the command that records the flow's cassette again, as the place
+    the flow ran from words it (default: ``flowproof-run SPEC --record``); reports render
+    the divergences with it.
+    """
+
+    spec_path: Path
+    name: str
+    mode: str
+    exit_code: int
+    cassette: Path | None = None
+    record_command: str = ""
+    steps: tuple[StepResult, ...] = ()
+    divergences: tuple[Miss, ...] = ()
+    drifts: tuple[str, ...] = ()
+    missing: MissingCalls | None = None
+    errors: tuple[str, ...] = ()
+    #: A FlowproofError that stopped the flow (spec error, missing cassette, agent failure …).
+    error: str | None = None
+    reply: str | None = None
+    tool_calls: tuple[str, ...] = ()
+    agent_stdout: str = ""
+    agent_stderr: str = ""
+    agent_returncode: int | None = None
+    heal_diff: str | None = None
+    rejected: Path | None = None
+    notes: tuple[str, ...] = ()
+    #: The evidence behind each assert_no_tool_call (`flowproof.guard.GuardEvidence.to_json`).
+    guards: tuple[dict[str, Any], ...] = ()
+    startup_seconds: float | None = None
+    duration: float = 0.0
+    turns: int = 0
+    #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
+    compare: tuple[CompareResult, ...] = ()
+    #: Why an exit-5 flow failed, for advice that fits: "timeout", "upstream", "crash" or None.
+    failure: str | None = None
+    #: What the proxy reported, read once (`flowproof.run_record`).
+    run: RunRecord = field(default=EMPTY_RUN, compare=False, repr=False)
+    #: What the agent did, built once by the judge (None when the flow never ran, or a turn
+    #: cannot be read).
+    trajectory: Trajectory | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.record_command:
+            object.__setattr__(self, "record_command", flow_record_command(self.spec_path))
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+    def divergence_texts(self) -> tuple[str, ...]:
+        """Each divergence as the report shows it (ending with `record_command`)."""
+        return tuple(m.render(self.record_command) for m in self.divergences)
+
+    def missing_text(self) -> str | None:
+        """The missing-calls report (ending with `record_command`), or None."""
+        return self.missing.render(self.record_command) if self.missing is not None else None

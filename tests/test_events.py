@@ -16,7 +16,9 @@ from flowproof.events import (
     ErrorEvent,
     ErrorKind,
     Listener,
+    McpDivergenceEvent,
     ReadyEvent,
+    ReplayedTurnEvent,
     RequestStartedEvent,
     TlsFailedEvent,
     TurnEvent,
@@ -38,19 +40,21 @@ EVENTS = [
         "replay",
     ),
     RequestStartedEvent("f1"),
-    TurnEvent("f1", "replay", TURN),
-    TurnEvent("f1", "replay", TURN, 2.5),
-    DivergenceEvent("f2", "unmatched", {"kind": "unmatched", "closest_index": 1}),
-    DivergenceEvent("f2", "unmatched", {"kind": "unmatched"}, "anthropic", "claude-haiku-4-5", 0.7),
+    TurnEvent("f1", "record", TURN),
+    TurnEvent("f1", "compare", TURN, 2.5),
+    ReplayedTurnEvent("f1", 1, TURN.request.body_sha256),
+    ReplayedTurnEvent("f1", 0, "ab" * 32, 0.4),
+    DivergenceEvent("f2", {"kind": "unmatched", "closest_index": 1}),
+    DivergenceEvent("f2", {"kind": "unmatched"}, "anthropic", "claude-haiku-4-5", 0.7),
+    McpDivergenceEvent("f9", "a request to server `crm` matches no recorded exchange"),
     DriftEvent("f3", "text: a -> b", {"equal": False}),
-    DriftEvent("f4", "no match", None, {"kind": "unmatched"}),
     DriftEvent("f8", "the compare handler rejected turn 0", {"equal": True}, handled=True),
     ComparedEvent("f5", {"equal": True}),
     ComparedEvent("f6", {"equal": False}, handled=True),
     TlsFailedEvent("api.openai.com", "does not trust"),
     ErrorEvent("boom", ErrorKind.CASSETTE_WRITE),
     ErrorEvent("hook failed", ErrorKind.HOOK, id="f7"),
-    DoneEvent((2, 3), "2 missing"),
+    DoneEvent((2, 3)),
 ]
 
 
@@ -67,19 +71,24 @@ class TestRoundTrip:
             "event": "error", "kind": "upstream", "id": "x", "text": "t",
         }
         assert ErrorEvent("t", ErrorKind.HOOK).to_json() == {"event": "error", "kind": "hook", "text": "t"}
-        assert DriftEvent("x", "t", None).to_json() == {"event": "drift", "id": "x", "text": "t", "result": None}
+        assert DriftEvent("x", "t", {}).to_json() == {"event": "drift", "id": "x", "text": "t", "result": {}}
         assert DriftEvent("x", "t", {}, handled=True).to_json() == {
             "event": "drift", "id": "x", "text": "t", "result": {}, "handled": True,
         }
         assert ComparedEvent("x", {}).to_json() == {"event": "compared", "id": "x", "result": {}}
-        assert DoneEvent().to_json() == {"event": "done", "unconsumed": [], "text": ""}
+        assert DoneEvent().to_json() == {"event": "done", "unconsumed": []}
         assert TurnEvent("x", "record", TURN).to_json()["turn"]["provider"] == "openai-chat"
+        # A replayed turn is named by its place in the cassette, never copied into the log.
+        assert ReplayedTurnEvent("x", 1, "ab", 0.5).to_json() == {
+            "event": "turn", "id": "x", "mode": "replay", "index": 1, "body_sha256": "ab", "ms": 0.5,
+        }
+        assert McpDivergenceEvent("x", "t").to_json() == {"event": "mcp_divergence", "id": "x", "text": "t"}
         # The duration and the miss's provider and model are written only when known.
         assert "ms" not in TurnEvent("x", "record", TURN).to_json()
         assert TurnEvent("x", "record", TURN, 3.0).to_json()["ms"] == 3.0
-        assert DivergenceEvent("x", "t").to_json() == {"event": "divergence", "id": "x", "text": "t", "divergence": {}}
-        assert DivergenceEvent("x", "t", {}, "gemini", "gemini-2.5-flash", 1.5).to_json() == {
-            "event": "divergence", "id": "x", "text": "t", "divergence": {},
+        assert DivergenceEvent("x").to_json() == {"event": "divergence", "id": "x", "divergence": {}}
+        assert DivergenceEvent("x", {}, "gemini", "gemini-2.5-flash", 1.5).to_json() == {
+            "event": "divergence", "id": "x", "divergence": {},
             "provider": "gemini", "model": "gemini-2.5-flash", "ms": 1.5,
         }
 
@@ -91,11 +100,10 @@ class TestLenientReading:
         assert event == UnknownEvent("newer_addon_event", {"event": "newer_addon_event", "tool": "x"})
 
     def test_missing_fields_get_defaults(self):
-        """A done event without text or with junk in unconsumed reads as the old dict readers did."""
-        assert parse_event({"event": "done", "unconsumed": [1, "x", True, 4]}) == DoneEvent(
-            (1, 4), ""
-        )
-        assert parse_event({"event": "divergence", "id": "a"}) == DivergenceEvent("a", "", {})
+        """Junk in a done event's unconsumed list is skipped; a divergence without its data is
+        still a divergence (the run has failed either way)."""
+        assert parse_event({"event": "done", "unconsumed": [1, "x", True, 4]}) == DoneEvent((1, 4))
+        assert parse_event({"event": "divergence", "id": "a"}) == DivergenceEvent("a", {})
 
     def test_an_error_of_no_known_kind_reads_as_other(self):
         """An error line without a kind this flowproof knows is still an error (it fails the run)."""
@@ -104,12 +112,24 @@ class TestLenientReading:
 
     def test_a_duration_that_is_not_a_number_is_dropped(self):
         """An ``ms`` that is not a number (or a bool) reads as not measured, never as an error."""
-        line = TurnEvent("x", "replay", TURN).to_json()
+        line = TurnEvent("x", "record", TURN).to_json()
         for junk in ("12", True, None, [1]):
-            assert parse_event({**line, "ms": junk}) == TurnEvent("x", "replay", TURN)
+            assert parse_event({**line, "ms": junk}) == TurnEvent("x", "record", TURN)
         assert parse_event({**line, "ms": 4}).ms == 4.0
 
     def test_a_broken_turn_is_a_cassette_error(self):
         """A turn event whose turn is not a cassette turn names the event log and the field."""
         with pytest.raises(CassetteError, match="event log.*'provider'"):
-            parse_event({"event": "turn", "id": "1", "mode": "replay", "turn": {"index": 0}})
+            parse_event({"event": "turn", "id": "1", "mode": "record", "turn": {"index": 0}})
+
+    @pytest.mark.parametrize("line", [
+        {"event": "turn", "id": "1", "mode": "replay", "body_sha256": "ab"},
+        {"event": "turn", "id": "1", "mode": "replay", "index": "0", "body_sha256": "ab"},
+        {"event": "turn", "id": "1", "mode": "replay", "index": True, "body_sha256": "ab"},
+        {"event": "turn", "id": "1", "mode": "replay", "index": -1, "body_sha256": "ab"},
+        {"event": "turn", "id": "1", "mode": "replay", "index": 0},
+    ])
+    def test_a_replayed_turn_must_name_its_cassette_turn(self, line):
+        """A replayed turn without an integer index and its hash names the event log and what is missing."""
+        with pytest.raises(CassetteError, match="event log: replayed turn '1' does not name its cassette turn"):
+            parse_event(line)

@@ -17,7 +17,6 @@ from flowproof.mcp import (
     McpReplayer,
     Reject,
     call_tool_result,
-    calls_from_events,
     decide,
     exchange_from_json,
     exchange_key,
@@ -233,15 +232,3 @@ class TestReplay:
                 assert "mcp exchange 2" in str(e)
             else:
                 raise AssertionError(f"accepted {bad!r}")
-
-
-class TestCallsFromEvents:
-    def test_calls_are_placed_after_the_turns_before_them(self) -> None:
-        events = [
-            {"event": "turn", "turn": {}},
-            {"event": "mcp_call", "server": "s", "name": "t", "arguments": "{}", "answered": True},
-            {"event": "turn", "turn": {}},
-            {"event": "mcp_call", "server": "s", "name": "u", "arguments": "{\"a\":1}", "answered": False},
-        ]
-        calls = calls_from_events(events)
-        assert [(c.name, c.after_turns, c.answered) for c in calls] == [("t", 1, True), ("u", 2, False)]

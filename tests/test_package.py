@@ -37,7 +37,15 @@ PURE_CORE = (
     "flowproof.commands",
     "flowproof.mcp",
     "flowproof.guard",
-    "flowproof.report_html",
+    "flowproof.views",
+    "flowproof.run_record",
+    "flowproof.report.text",
+    "flowproof.report.json_report",
+    "flowproof.report.junit",
+    "flowproof.report.html",
+    "flowproof.report.findings",
+    "flowproof.report.compare",
+    "flowproof.report.cassette",
 )
 
 

@@ -12,7 +12,7 @@ import pytest
 from flowproof.runner.env import ensure_ca
 
 from .runner.conftest import FAKE_ADDON
-from .runner.helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events, write_script, write_spec
+from .runner.helpers import BOOKING_TURNS, cassette_text, divergence_event, turn_events, write_script, write_spec
 
 pytest_plugins = ("pytester",)
 
@@ -82,9 +82,7 @@ class TestRun:
         """A passing flow passes; a failing flow's failure text is flowproof's report (the ✗
         step, what the trajectory held, what to do) with no Python traceback."""
         bad = flows / "bad.flow.yaml"
-        turns = [BOOKING_TURNS[0], chat_turn(1, call=("create_booking", {"flight": {"id": "KQ999"}})), BOOKING_TURNS[2]]
-        (flows / "bad.cassette.json").write_text(cassette_text(turns))
-        # Both flows share the scripted events, so the bad one asserts on what they hold.
+        # Both flows replay the same recording (the cassette books KQ311): the bad one expects KQ999.
         bad.write_text(bad.read_text().replace("equals KQ311", "equals KQ999"))
         res = pytester.runpytest("specs", "-v")
         res.assert_outcomes(passed=1, failed=1)
@@ -99,6 +97,20 @@ class TestRun:
         assert failure.count("✗ Refund guard [replay]") == 1
         for noise in ("Traceback", "def runtest", "FlowFailure", "pytest_plugin.py"):
             assert noise not in failure
+
+    def test_a_divergence_says_to_record_again_through_pytest(
+        self, pytester: pytest.Pytester, flows: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The record command is data the report is rendered with: under pytest, pytest's own."""
+        make_good_only(flows)
+        events = [{"event": "request_started", "id": "1"}, divergence_event("1", "model", "gpt-4o", "gpt-4.1")]
+        monkeypatch.setenv("FAKE_FLOWPROOF_SCRIPT", str(write_script(pytester.path / "div.json", events=events)))
+        res = pytester.runpytest("specs", "-v")
+        res.assert_outcomes(failed=1)
+        command = "pytest 'specs/nested/good.flow.yaml::Booking assistant books a flight' --flowproof-mode record"
+        text = res.stdout.str()
+        assert f"re-record the cassette: {command}" in text and f"re-record with: {command}" in text
+        assert "flowproof-run" not in text
 
     def test_mode_option_reaches_the_flow(self, pytester: pytest.Pytester, flows: Path) -> None:
         """--flowproof-mode compare runs the flow in compare mode (the report says so)."""

@@ -13,6 +13,7 @@ from flowproof.cassette import (
     RecordedResponse,
     RecordedTurn,
 )
+from flowproof.divergence import missing_calls
 from flowproof.model import RequestView
 from flowproof.replay import Miss, Replay, Replayer, route_mismatch
 from flowproof.request_key import body_sha256
@@ -91,11 +92,16 @@ class TestConsumeOnce:
         assert served_index(r.decide("openai-chat", sha(a), a)) == 2
         assert served_index(r.decide("openai-chat", sha(b), b)) == 3
 
-    def test_index_maps_hash_to_positions_in_recorded_order(self):
-        """The index is a dict from body hash to the positions of its turns, in recorded order."""
+    def test_a_match_names_its_position_in_the_cassette(self):
+        """Each match says where its turn sits in the cassette (the event log names it so); the
+        turns of one body are served in recorded order."""
         a, b = chat("a"), chat("b")
-        r = Replayer(cassette(a, b, a), view_of=None)
-        assert {k: list(v) for k, v in r.index.items()} == {sha(a): [0, 2], sha(b): [1]}
+        recorded = cassette(a, b, a)
+        r = Replayer(recorded, view_of=None)
+        served = [r.decide("openai-chat", sha(body), body) for body in (a, a, b)]
+        assert [(d.position, d.turn) for d in served if isinstance(d, Replay)] == [
+            (0, recorded.turns[0]), (2, recorded.turns[2]), (1, recorded.turns[1]),
+        ]
 
 
 class TestMisses:
@@ -187,12 +193,12 @@ class TestMisses:
 
 
 class TestEndOfRun:
-    def test_missing_divergence_lists_unconsumed_turns(self):
+    def test_missing_calls_list_unconsumed_turns(self):
         """Turns never requested are reported as missing calls in recorded order."""
         a, b, c = chat("a"), chat("b"), chat("c")
         r = Replayer(cassette(a, b, c), view_of=None)
         r.decide("openai-chat", sha(b), b)
-        d = r.missing_divergence()
+        d = missing_calls([t.index for t in r.unconsumed()])
         assert d is not None and d.kind == "missing" and d.closest_index == 0
         assert d.summary() == (
             "2 recorded turns were never requested: turns 0, 2 (the agent made fewer calls than recorded)"
@@ -201,7 +207,7 @@ class TestEndOfRun:
     def test_one_missing_turn_reads_singular(self):
         """A single unconsumed turn is named in the singular."""
         r = Replayer(cassette(chat("a")), view_of=None)
-        d = r.missing_divergence()
+        d = missing_calls([t.index for t in r.unconsumed()])
         assert d is not None
         assert d.summary() == "1 recorded turn was never requested: turn 0 (the agent made fewer calls than recorded)"
 
@@ -210,7 +216,7 @@ class TestEndOfRun:
         a = chat("a")
         r = Replayer(cassette(a), view_of=None)
         r.decide("openai-chat", sha(a), a)
-        assert r.missing_divergence() is None
+        assert r.unconsumed() == [] and missing_calls([]) is None
 
 
 class TestRouteMismatch:
@@ -305,7 +311,7 @@ class TestAbandonedTurns:
         main = chat("Book KQ311")
         replayer = Replayer(Cassette((turn(0, main), replace(turn(1, title), abandoned=True))))
         replayer.decide("openai-chat", sha(main), main)
-        assert replayer.unconsumed() == [] and replayer.missing_divergence() is None
+        assert replayer.unconsumed() == []
 
 
 GEMINI_URL = "https://generativelanguage.googleapis.com/v1beta/models/{}:streamGenerateContent?alt=sse"

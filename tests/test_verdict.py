@@ -1,16 +1,18 @@
-"""The run verdict on plain data: events and an agent outcome in, an exit code out."""
+"""The one judge on plain data: a run record and an agent outcome in, a verdict out."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from flowproof.cassette import loads_cassette
 from flowproof.compare import compare_responses, missing_result
-from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK
+from flowproof.divergence import Divergence
+from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK, WireError
 from flowproof.events import (
     ComparedEvent,
     DivergenceEvent,
@@ -23,9 +25,11 @@ from flowproof.events import (
     parse_events,
 )
 from flowproof.model import FinishReason, ResponseView
-from flowproof.verdict import StepResult, Verdict, agent_error, decide_exit, missing_text
+from flowproof.run_record import read_run
+from flowproof.spec import FlowSpec, load_spec
+from flowproof.verdict import Advice, StepResult, Verdict, agent_error, decide_exit, judge
 
-from .runner.helpers import BOOKING_TURNS, cassette_text, turn_events
+from .runner.helpers import BOOKING_TURNS, SPEC, cassette_text, chat_turn, turn_events
 
 PASSED = StepResult(True, "ok", None, "assert: reply contains booked")
 FAILED = StepResult(
@@ -43,7 +47,10 @@ class Outcome:
 
 OK_RUN = Outcome()
 TURNS: list[Event] = parse_events(turn_events(BOOKING_TURNS))
+RECORDED: list[Event] = parse_events(turn_events(BOOKING_TURNS, "record"))
 DONE = DoneEvent()
+EXISTING = loads_cassette(cassette_text(BOOKING_TURNS), "c.json")
+ADVICE = Advice(allow_error_turns="pass --allow-them", no_model_call="check the proxy variables")
 
 
 def result(*, equal: bool = True) -> dict[str, Any]:
@@ -68,8 +75,7 @@ def decide(
         evaluated.append("evaluated")
         return steps
 
-    existing = loads_cassette(cassette_text(BOOKING_TURNS), "c.json")
-    verdict = decide_exit(events, run, check, mode, timeout=30, handler=handler, existing=existing)
+    verdict = decide_exit(read_run(events, EXISTING), run, check, mode, timeout=30, handler=handler)
     return verdict, evaluated
 
 
@@ -81,9 +87,11 @@ class TestLadder:
 
     def test_divergence_wins_and_skips_the_steps(self):
         """A divergence explains what the agent did next: exit 3, no steps, missing calls dropped."""
-        events = [*TURNS[:2], DivergenceEvent("2", "unmatched"), DoneEvent((1, 2), "missing")]
+        divergence = Divergence("unmatched", 3, 2)
+        events = [*TURNS[:2], DivergenceEvent("2", divergence.to_json()), DoneEvent((1, 2))]
         verdict, evaluated = decide(events, run=Outcome(returncode=1, stderr="400"))
-        assert verdict.exit_code == EXIT_DIVERGENCE and verdict.divergences == ("unmatched",)
+        assert verdict.exit_code == EXIT_DIVERGENCE
+        assert [m.divergence for m in verdict.divergences] == [divergence]
         assert verdict.missing is None and verdict.steps is None and evaluated == []
 
     def test_agent_timeout_names_a_tls_failure(self):
@@ -96,11 +104,24 @@ class TestLadder:
     def test_proxy_error_fails_the_run(self):
         """An error event is exit 5 with its text as the error."""
         verdict, evaluated = decide([*TURNS, ErrorEvent("cassette write failed", ErrorKind.CASSETTE_WRITE), DONE])
-        assert (verdict.exit_code, verdict.error, evaluated) == (
+        assert (verdict.exit_code, verdict.error, verdict.failure, evaluated) == (
             EXIT_AGENT,
             "cassette write failed",
+            None,
             [],
         )
+
+    @pytest.mark.parametrize("returncode", [0, 1])
+    def test_an_upstream_fault_is_named_by_its_kind_not_its_words(self, returncode: int):
+        """An error of kind upstream makes the failure "upstream" (the advice: check the upstream),
+        whether or not the agent then crashed; the same words under another kind do not."""
+        text = "the model call to https://api.openai.com/v1/chat/completions failed before it completed: reset"
+        upstream = [*TURNS, ErrorEvent(text, ErrorKind.UPSTREAM, id="3"), DONE]
+        verdict, _ = decide(upstream, run=Outcome(returncode=returncode, stderr="APIConnectionError"))
+        assert (verdict.exit_code, verdict.failure) == (EXIT_AGENT, "upstream")
+        other = [*TURNS, ErrorEvent(text, ErrorKind.HOOK, id="3"), DONE]
+        verdict, _ = decide(other, run=Outcome(returncode=returncode, stderr="APIConnectionError"))
+        assert verdict.failure == ("crash" if returncode else None)
 
     def test_replay_without_done_cannot_check_missing_calls(self):
         """No done event in replay: exit 5, and the recording (none) is not touched."""
@@ -112,18 +133,18 @@ class TestLadder:
 
     def test_record_without_done_rejects_the_recording(self):
         """No done event in record: exit 5 and the staged recording is rejected."""
-        verdict, _ = decide(TURNS, "record")
+        verdict, _ = decide(RECORDED, "record")
         assert (verdict.exit_code, verdict.recording) == (EXIT_AGENT, "reject")
 
     def test_missing_calls_are_a_divergence_after_the_steps(self):
         """Recorded calls never made: exit 3, with the done event's text and the steps."""
-        verdict, evaluated = decide(
-            [*TURNS[:2], DoneEvent((1, 2), "2 recorded turns were never requested")]
-        )
-        assert (
-            verdict.exit_code == EXIT_DIVERGENCE
-            and verdict.missing == "2 recorded turns were never requested"
-        )
+        verdict, evaluated = decide([*TURNS[:2], DoneEvent((1, 2))])
+        assert verdict.exit_code == EXIT_DIVERGENCE and verdict.missing is not None
+        assert verdict.missing.turns == (1, 2)
+        assert verdict.missing.render("flowproof-run b.flow.yaml --record").splitlines() == [
+            "2 recorded turns were never requested: turns 1, 2 (the agent made fewer calls than recorded)",
+            "If the agent now makes fewer calls on purpose, re-record the cassette: flowproof-run b.flow.yaml --record",
+        ]
         assert evaluated == ["evaluated"]
 
     def test_drift_fails_compare_unless_a_handler_takes_it(self):
@@ -167,26 +188,81 @@ class TestLadder:
     def test_failed_step_rejects_a_recording(self):
         """A failed step is exit 1; in record the recording is rejected, else untouched."""
         assert decide([*TURNS, DONE], steps=(FAILED,))[0].recording == "none"
-        verdict, _ = decide([*TURNS, DONE], "record", steps=(PASSED, FAILED))
+        verdict, _ = decide([*RECORDED, DONE], "record", steps=(PASSED, FAILED))
         assert (verdict.exit_code, verdict.recording) == (EXIT_ASSERTION, "reject")
 
     def test_a_passing_record_keeps_the_recording(self):
         """All steps passed in record: the recording is kept."""
-        assert decide([*TURNS, DONE], "record")[0].recording == "keep"
+        assert decide([*RECORDED, DONE], "record")[0].recording == "keep"
 
-
-class TestMissingText:
-    def test_lists_turns_with_their_models_when_the_addon_gave_no_text(self):
-        """Without the addon's text, each missing turn is named with provider and model."""
-        existing = loads_cassette(cassette_text(BOOKING_TURNS), "c.json")
-        text = missing_text([DoneEvent((2, 7))], existing)
-        assert text is not None
-        assert "- turn 2 (openai-chat, gpt-4o)" in text and "- turn 7" in text
-
-    @pytest.mark.parametrize("events", [[], [DoneEvent()]])
+    @pytest.mark.parametrize("events", [[DONE], [*TURNS, DONE]])
     def test_nothing_missing_is_none(self, events: list[Event]):
-        """No done event, or nothing unconsumed: None."""
-        assert missing_text(events, None) is None
+        """Nothing unconsumed at shutdown: no missing calls."""
+        assert decide(events)[0].missing is None
+
+
+def booking_spec(tmp_path: Path) -> FlowSpec:
+    path = tmp_path / "booking.flow.yaml"
+    path.write_text(SPEC.format(command='"true"', timeout=5), encoding="utf-8")
+    return load_spec(path)
+
+
+class TestJudge:
+    """`judge`: the trajectory (built once), the spec's steps, and the fate of a recording."""
+
+    def test_the_steps_and_guards_are_checked_on_the_trajectory_built_once(self, tmp_path: Path):
+        record = read_run([*TURNS, DONE], EXISTING)
+        verdict = judge(record, OK_RUN, "replay", advice=ADVICE, spec=booking_spec(tmp_path))
+        assert verdict.exit_code == EXIT_OK and verdict.steps is not None
+        assert [s.passed for s in verdict.steps] == [True, True, True]
+        assert verdict.trajectory is not None and verdict.trajectory.reply == "Your flight is booked: B-1042."
+        assert [c.name for c in verdict.trajectory.tool_calls] == ["search_flights", "create_booking"]
+
+    def test_without_a_spec_there_are_no_steps_but_a_trajectory(self):
+        verdict = judge(read_run([*TURNS, DONE], EXISTING), OK_RUN, "replay", advice=ADVICE)
+        assert verdict.steps == () and verdict.exit_code == EXIT_OK
+        assert verdict.trajectory is not None and len(verdict.trajectory.turns) == 3
+
+    def test_a_diverged_run_has_a_trajectory_and_no_steps(self, tmp_path: Path):
+        events = [*TURNS[:2], DivergenceEvent("1", Divergence("unmatched", 2, 1).to_json()), DONE]
+        verdict = judge(read_run(events, EXISTING), OK_RUN, "replay", advice=ADVICE, spec=booking_spec(tmp_path))
+        assert verdict.exit_code == EXIT_DIVERGENCE and verdict.steps is None
+        assert verdict.trajectory is not None and len(verdict.trajectory.turns) == 1
+
+    def test_a_passing_recording_is_kept_unless_the_callers_test_failed(self):
+        record = read_run([*RECORDED, DONE], None)
+        assert judge(record, OK_RUN, "record", advice=ADVICE).recording == "keep"
+        failed = judge(record, OK_RUN, "record", advice=ADVICE, test_failed=True)
+        assert (failed.exit_code, failed.recording) == (EXIT_OK, "reject")
+
+    def test_error_turns_are_not_kept_unless_allowed(self):
+        """A recording holding an HTTP error turn is an upstream failure, with the edge's advice."""
+        error_turn = {**chat_turn(1, text="x"), "response": {"status": 429, "headers": {},
+                                                              "body": {"error": {"message": "slow down"}}}}
+        events = [*parse_events(turn_events([BOOKING_TURNS[0], error_turn], "record")), DONE]
+        refused = judge(read_run(events, None), OK_RUN, "record", advice=ADVICE)
+        assert (refused.exit_code, refused.recording, refused.failure) == (EXIT_AGENT, "reject", "upstream")
+        assert refused.error is not None and "turn 1 recorded an HTTP 429" in refused.error
+        assert "pass --allow-them if it tests error handling" in refused.error
+        allowed = judge(read_run(events, None), OK_RUN, "record", advice=ADVICE, allow_error_turns=True)
+        assert (allowed.exit_code, allowed.recording) == (EXIT_OK, "keep")
+        assert allowed.error_turns == ("turn 1 recorded an HTTP 429 from the upstream",)
+
+    def test_no_model_call_is_nothing_to_record(self):
+        verdict = judge(read_run([DONE], None), OK_RUN, "record", advice=ADVICE)
+        assert (verdict.exit_code, verdict.recording) == (EXIT_AGENT, "reject")
+        assert verdict.error == ("no model call went through the proxy, so there is nothing to record — "
+                                 "check the proxy variables")
+
+    def test_an_unreadable_turn_fails_when_the_steps_need_it(self):
+        """A live turn no codec reads has no trajectory; the judge raises its error at the steps."""
+        broken = {**chat_turn(0, text="x"), "response": {"status": 200, "headers": {}, "body": {"no": "choices"}}}
+        record = read_run([*parse_events(turn_events([broken], "record")), DONE], None)
+        with pytest.raises(WireError, match="choices"):
+            judge(record, OK_RUN, "record", advice=ADVICE)
+        diverged = read_run([*parse_events(turn_events([broken], "record")), ErrorEvent("x", ErrorKind.HOOK), DONE],
+                            None)
+        assert judge(diverged, OK_RUN, "record", advice=ADVICE).trajectory is None
 
 
 class TestAgentError:
@@ -201,11 +277,11 @@ class TestAbandonedCalls:
     def test_an_abandoned_call_at_record_is_a_note_never_a_failure(self):
         """The agent left a call in flight: the record passes and says so."""
         abandoned = {**BOOKING_TURNS[0], "index": 9, "abandoned": True, "response": None}
-        events = [*TURNS, *parse_events(turn_events([abandoned])), DONE]
+        events = [*RECORDED, *parse_events(turn_events([abandoned], "record")), DONE]
         verdict, evaluated = decide(events, "record")
         assert (verdict.exit_code, verdict.recording, evaluated) == (EXIT_OK, "keep", ["evaluated"])
         assert any("turn 9" in n and "abandoned" in n for n in verdict.notes)
 
     def test_a_complete_record_has_no_such_note(self):
-        verdict, _ = decide([*TURNS, DONE], "record")
+        verdict, _ = decide([*RECORDED, DONE], "record")
         assert not any("abandoned" in n for n in verdict.notes)

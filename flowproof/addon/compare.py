@@ -58,7 +58,7 @@ class Compare(LiveCalls):
         unreached = self.pairer.finish()
         for result in unreached:
             self.deliver("", result)
-        self.shared.events.write(DoneEvent(tuple(r.turn for r in unreached if r.turn is not None), ""))
+        self.shared.events.write(DoneEvent(tuple(r.turn for r in unreached if r.turn is not None)))
         if unreached:
             log.warning("turns_unreached", count=len(unreached))
 

@@ -7,44 +7,17 @@ hook on one event loop, so no locking is needed.
 A writer may hold back the flush of a line that another line of the same hook
 always follows (replay's ``request_started``, then its ``turn`` or
 ``divergence``): the two reach the file in one write, and a line is never cut.
-
-A replayed ``turn`` line may carry the request body as the JSON text the agent
-sent instead of re-serializing the recorded body (`request_json`): the two hash
-the same, so they parse to the same value, and the line costs a copy instead of
-a ``json.dumps`` of tens of KB per call (docs/hotpath.md).
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 from pathlib import Path
 from typing import IO
 
-from flowproof.events import Event, TurnEvent
+from flowproof.events import Event
 
-__all__ = ["EventLog", "spliceable_json"]
-
-#: Stands for the request body while the rest of a turn line is serialized; the nonce
-#: makes it a string no recorded field can hold by accident.
-_BODY_SLOT = f"\x00flowproof-request-body-{secrets.token_hex(8)}\x00"
-_BODY_SLOT_JSON = json.dumps(_BODY_SLOT)
-
-
-def spliceable_json(data: bytes) -> str | None:
-    """``data`` as text to write verbatim as a JSON value in one line, or None when it cannot be:
-    not a JSON object or array at its first byte, not UTF-8, or holding a line break (a
-    pretty-printed body; a break inside a JSON string is always escaped).
-
-    The caller vouches that ``data`` parses to the value it stands for (here: it hashes to
-    the recorded body's ``body_sha256``).
-    """
-    if data[:1] not in (b"{", b"[") or b"\n" in data or b"\r" in data:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+__all__ = ["EventLog"]
 
 
 class EventLog:
@@ -62,13 +35,9 @@ class EventLog:
         self.path = path
         self._file: IO[str] | None = None
 
-    def write(self, event: Event, *, flush: bool = True, request_json: str | None = None) -> None:
+    def write(self, event: Event, *, flush: bool = True) -> None:
         """Write ``event`` as one line and flush it (with ``flush=False``: at the next
-        flushed write or at `close`; see the module docstring).
-
-        ``request_json`` (from `spliceable_json`, for a `TurnEvent` whose recorded request
-        body it parses to) is written as that body instead of serializing it again.
-        """
+        flushed write or at `close`; see the module docstring)."""
         if self.path is None:
             return
         if self._file is None:
@@ -76,14 +45,7 @@ class EventLog:
             # "\ud83d" escape) becomes the JSON escape "\udcff", so the line stays valid
             # JSON that loads back to the same string instead of failing the hook.
             self._file = open(self.path, "a", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
-        obj = event.to_json()
-        if request_json is not None and isinstance(event, TurnEvent):
-            obj["turn"]["request"]["body"] = _BODY_SLOT
-            line = json.dumps(obj, ensure_ascii=False, default=str)
-            line = line.replace(_BODY_SLOT_JSON, request_json, 1)
-        else:
-            line = json.dumps(obj, ensure_ascii=False, default=str)
-        self._file.write(line + "\n")
+        self._file.write(json.dumps(event.to_json(), ensure_ascii=False, default=str) + "\n")
         if flush:
             self._file.flush()
 

@@ -32,7 +32,7 @@ from typing import Any
 from mitmproxy import http
 
 from flowproof.addon.shared import Shared, log
-from flowproof.events import DivergenceEvent, ErrorEvent, ErrorKind, McpCallEvent, McpRejectedEvent
+from flowproof.events import ErrorEvent, ErrorKind, McpCallEvent, McpDivergenceEvent, McpRejectedEvent
 from flowproof.mcp import (
     SESSION_PLACEHOLDER,
     Answer,
@@ -187,7 +187,7 @@ class McpBoundary:
                 f"flowproof replay diverged at the MCP boundary: a request to server `{route.name}` "
                 f"({summary or method}) matches no recorded exchange"
             )
-            self._write(DivergenceEvent(flow.id, text))
+            self._write(McpDivergenceEvent(flow.id, text))
             log.warning("mcp_unmatched", flow_id=flow.id, server=route.name)
             return
         headers = {"content-type": exchange.content_type} if exchange.content_type else {}
@@ -288,7 +288,7 @@ class McpBoundary:
         # divergence of the trajectory, like a missing model call.
         text = self.unconsumed_text()
         if text is not None:
-            self._write(DivergenceEvent("", text))
+            self._write(McpDivergenceEvent("", text))
 
     def unconsumed_text(self) -> str | None:
         """At replay: the recorded exchanges the agent never asked for, in words, or None."""

@@ -46,10 +46,9 @@ class Record(LiveCalls):
             # A recording that silently fails to land is worse than a crash: say it everywhere.
             text = f"flowproof could not write the cassette: {e}"
             events.write(ErrorEvent(text, ErrorKind.CASSETTE_WRITE))
-            events.write(DoneEvent((), text))
+            events.write(DoneEvent())
             print(text, file=sys.stderr, flush=True)
             log.error("cassette_write_failed", path=str(path))
             return
-        count = len(self.turns)
-        events.write(DoneEvent((), f"recorded {count} turn{'s' if count != 1 else ''} to {path}"))
-        log.info("cassette_written", path=str(path), turns=count)
+        events.write(DoneEvent())
+        log.info("cassette_written", path=str(path), turns=len(self.turns))

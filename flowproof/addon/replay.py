@@ -13,11 +13,10 @@ import json
 
 from mitmproxy import http
 
-from flowproof.addon.eventlog import spliceable_json
 from flowproof.addon.hold import HOLD_HEADER, Held, HoldServer
 from flowproof.addon.shared import JSON_HEADERS, Shared, elapsed_ms, log, refuse_unhandled
 from flowproof.cassette import RecordedResponse, RecordedTurn
-from flowproof.events import DivergenceEvent, TurnEvent
+from flowproof.events import DivergenceEvent, ReplayedTurnEvent
 from flowproof.replay import Miss
 from flowproof.request_key import PreparedRequest
 from flowproof.views import request_view
@@ -98,7 +97,6 @@ class Replay:
         )
         if isinstance(decision, Miss):
             divergence = decision.divergence
-            text = divergence.render(shared.record_command())
             report = shared.config.report
             where = f"the flowproof report ({report})" if report else "the mitmproxy log"
             message = (
@@ -107,9 +105,7 @@ class Replay:
             flow.response = http.Response.make(400, codec.error_body(400, message), JSON_HEADERS)
             ms = elapsed_ms(flow)
             model = _model(codec, prepared)
-            shared.events.write(
-                DivergenceEvent(flow.id, text, divergence.to_json(), codec.name, model, ms)
-            )
+            shared.events.write(DivergenceEvent(flow.id, divergence.to_json(), codec.name, model, ms))
             log.warning(
                 "request_unmatched",
                 flow_id=flow.id,
@@ -121,15 +117,11 @@ class Replay:
             )
             return
         turn = decision.turn
-        # The request hashed to the recorded body's sha256, so its bytes are that body's JSON:
-        # the turn line carries them instead of serializing the body again (EventLog).
-        request_json = (
-            spliceable_json(prepared.normalized) if isinstance(turn.request.body, dict | list) else None
-        )
+        # The runner loaded this cassette too: the turn line names the turn, never copies it.
         if turn.abandoned:
             self._hold(flow, turn)
             shared.events.write(
-                TurnEvent(flow.id, "replay", turn, elapsed_ms(flow)), request_json=request_json
+                ReplayedTurnEvent(flow.id, decision.position, turn.request.body_sha256, elapsed_ms(flow))
             )
             log.info("turn_replayed_abandoned", flow_id=flow.id, provider=codec.name, turn=turn.index)
             return
@@ -138,7 +130,7 @@ class Replay:
         content = shared.config.normalizer.restore(recorded.content())
         flow.response = http.Response.make(recorded.status, content, replay_headers(recorded))
         ms = elapsed_ms(flow)
-        shared.events.write(TurnEvent(flow.id, "replay", turn, ms), request_json=request_json)
+        shared.events.write(ReplayedTurnEvent(flow.id, decision.position, turn.request.body_sha256, ms))
         log.info("turn_replayed", flow_id=flow.id, provider=codec.name, turn=turn.index, ms=ms)
 
     def _hold(self, flow: http.HTTPFlow, turn: RecordedTurn) -> None:

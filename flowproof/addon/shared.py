@@ -88,10 +88,6 @@ class Shared:
         #: MCP exchanges recorded by the MCP concern, saved by `Record` beside the turns.
         self.mcp_exchanges: list[McpExchange] = []
 
-    def record_command(self) -> str:
-        """The command that records this cassette (see `config_record_command`)."""
-        return config_record_command(self.config)
-
     def detect(self, flow: http.HTTPFlow) -> Detected | None:
         """What ``flow`` is; None when flowproof has nothing to do with it (another addon
         answered it, or it is a WebSocket upgrade to a model host, refused here)."""
@@ -160,10 +156,8 @@ class Shared:
         """At shutdown (replay, compare): the ``done`` event with the recorded turns never requested."""
         if self.replayer is None:
             return
-        missing = self.replayer.missing_divergence()
         unconsumed = [t.index for t in self.replayer.unconsumed()]
-        text = missing.render(self.record_command()) if missing is not None else ""
-        self.events.write(DoneEvent(tuple(unconsumed), text))
+        self.events.write(DoneEvent(tuple(unconsumed)))
         if unconsumed:
             log.warning("turns_unconsumed", count=len(unconsumed), first=unconsumed[:10])
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from flowproof.errors import AgentError, FlowproofError
-from flowproof.events import TurnEvent
+from flowproof.events import ReplayedTurnEvent, TurnEvent, parse_event
+from flowproof.model import Turn
 from flowproof.views import turn_views
 
 #: Bytes of stdout/stderr kept per stream (the tail: errors are printed last).
@@ -83,12 +84,14 @@ def render_command(command: str, prompt: str | None) -> tuple[str, bool]:
     return command, False
 
 
-def answer_complete(events: Sequence[dict[str, Any]], turns_before: int) -> bool:
+def answer_complete(
+    events: Sequence[dict[str, Any]], turns_before: int, replayed: Sequence[Turn] = ()
+) -> bool:
     """True when the agent has answered the last prompt: no model call in flight, at least
     one new turn since ``turns_before``, and the newest turn is not a tool call.
 
-    Judged on the raw event log (cheap, no codecs): a turn whose response carries a
-    tool call is detected through the provider-neutral view when available.
+    Judged on the raw event log (cheap: only the newest turn is viewed); a replayed turn
+    is named by its place in the cassette, whose views are ``replayed``.
     """
     started = sum(1 for e in events if e.get("event") == "request_started")
     finished_ids = {
@@ -97,15 +100,19 @@ def answer_complete(events: Sequence[dict[str, Any]], turns_before: int) -> bool
     turns = [e for e in events if e.get("event") == "turn"]
     if started > len(finished_ids) or len(turns) <= turns_before:
         return False
-    return not _ends_in_tool_call(turns[-1])
+    return not _ends_in_tool_call(turns[-1], replayed)
 
 
-def _ends_in_tool_call(event: dict[str, Any]) -> bool:
+def _ends_in_tool_call(event: dict[str, Any], replayed: Sequence[Turn]) -> bool:
     try:
-        turn = turn_views(TurnEvent.from_json(event).turn)
+        parsed = parse_event(event)
+        if isinstance(parsed, ReplayedTurnEvent):
+            turn = replayed[parsed.index] if parsed.index < len(replayed) else None
+        else:
+            turn = turn_views(parsed.turn) if isinstance(parsed, TurnEvent) else None
     except FlowproofError:  # an unreadable turn is judged complete; the flow reports it
         return False
-    return bool(turn.response is not None and turn.response.tool_calls)
+    return bool(turn is not None and turn.response is not None and turn.response.tool_calls)
 
 
 def _count(events: Sequence[dict[str, Any]], kind: str) -> int:
@@ -175,6 +182,7 @@ def run_command_agent(
     events: EventSource = list,
     poll: float = 0.05,
     cancelled: Callable[[], bool] | None = None,
+    replayed: Sequence[Turn] = (),
 ) -> AgentRun:
     """Run ``command`` and feed it ``prompts``; return when it exits or the timeout hits.
 
@@ -184,6 +192,7 @@ def run_command_agent(
     process group is killed and ``timed_out`` is set (the caller decides the error,
     since a divergence may explain it). When ``cancelled()`` turns true (flowproof-run got
     SIGINT/SIGTERM) the agent is stopped at once and ``stopped_early`` is ``"interrupted"``.
+    ``replayed`` holds the views of the replayed cassette's turns (`answer_complete`).
     """
     if cwd is not None and not cwd.is_dir():
         raise AgentError(f"the agent's working directory {cwd} does not exist — fix `agent.cwd` in the spec")
@@ -246,10 +255,10 @@ def run_command_agent(
                 timed_out = True
                 break
             log = events()
-            if grace_end is None and _count(log, "divergence"):
+            if grace_end is None and (_count(log, "divergence") or _count(log, "mcp_divergence")):
                 # The agent got a 4xx for an unmatched call; let it exit on its own, briefly.
                 grace_end = now + DIVERGENCE_GRACE
-            if pending and stdin_open and answer_complete(log, turns_before):
+            if pending and stdin_open and answer_complete(log, turns_before, replayed):
                 turns_before = _count(log, "turn")
                 send(pending.pop(0))
                 if not pending:

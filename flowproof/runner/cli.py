@@ -26,6 +26,10 @@ from flowproof.cassette_check import check_cassette, error_turns
 from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, SpecError
 from flowproof.heal import diff_cassettes
 from flowproof.log import configure as configure_logging
+from flowproof.report.cassette import show_cassette
+from flowproof.report.files import write_html, write_junit
+from flowproof.report.json_report import render_json
+from flowproof.report.text import render_text, worst_exit
 from flowproof.runner.collect import collect_specs
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
 from flowproof.runner.flags import (
@@ -37,9 +41,7 @@ from flowproof.runner.flags import (
     redact_url,
 )
 from flowproof.runner.flow import REVERSE_HOSTS, STAGED, Cancel, RunOptions, run_flow
-from flowproof.runner.html import write_html
 from flowproof.runner.progress import Progress, status_line_enabled
-from flowproof.runner.report import render_json, render_text, show_cassette, worst_exit, write_junit
 from flowproof.runner.warm import ProxyPool, warm_enabled
 from flowproof.spec import load_spec, unresolved_problems
 

@@ -1,7 +1,8 @@
 """One flow run: spec -> proxy -> agent -> event log -> trajectory -> verdict.
 
-Orchestration only: the verdict is `flowproof.verdict.decide_exit`, the staged
-recording is `runner.recording.Staging`, the report is `runner.report`.
+Orchestration only: the run is judged by `runner.judge.judge_flow` (the one judge,
+`flowproof.verdict`), the staged recording is `runner.recording.Staging`, the
+report is `flowproof.report`.
 `run_flow` never raises for a user-caused problem: every `FlowproofError` becomes
 a `FlowResult` with that error's exit code and message, so several flows can
 run and be reported together (the CLI exits with the worst code).
@@ -16,27 +17,21 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from flowproof.assertions import describe_assertion, evaluate
 from flowproof.cassette import Cassette, load_cassette
-from flowproof.cassette_check import check_cassette, error_turns
+from flowproof.cassette_check import check_cassette
 from flowproof.commands import record_command
-from flowproof.compare import CompareResult
 from flowproof.errors import (
-    EXIT_AGENT,
-    EXIT_OK,
     AgentError,
     CassetteError,
     CassetteNotFoundError,
     FlowproofError,
     Interrupted,
 )
-from flowproof.events import Event, McpRejectedEvent, TurnEvent, parse_events
-from flowproof.guard import guard_evidence
-from flowproof.mcp import calls_from_events
+from flowproof.events import parse_events
 from flowproof.model import Turn
 from flowproof.runner.agents import AgentRun, EventSource, run_command_agent, run_url_agent
 from flowproof.runner.env import (
@@ -46,6 +41,7 @@ from flowproof.runner.env import (
     ensure_ca,
     interpreter_first_path,
 )
+from flowproof.runner.judge import judge_flow
 from flowproof.runner.lock import cassette_lock
 from flowproof.runner.mcp import (
     agent_variables,
@@ -64,14 +60,18 @@ from flowproof.runner.proxy import (
 )
 from flowproof.runner.recording import Staging
 from flowproof.runner.warm import ProxyPool, WarmSession, warm_key
-from flowproof.spec import FlowSpec, load_spec, resolve_variables
-from flowproof.spec.types import AgentSpec, ToolCallAssertion
-from flowproof.trajectory import MCP, boundary_of, build_trajectory
-from flowproof.verdict import StepResult, decide_exit
-from flowproof.views import turn_views
+from flowproof.spec import load_spec, resolve_variables
+from flowproof.spec.types import AgentSpec
+from flowproof.verdict import Advice, FlowResult
 from flowproof.wire.providers import reverse_hosts
 
 MODES = ("replay", "record", "compare")
+#: How flowproof-run words what to do about a recording it refused.
+ADVICE = Advice(
+    allow_error_turns="pass --allow-error-turns (spec key `allow_error_turns: true`)",
+    no_model_call="check that the agent honours HTTPS_PROXY (or use `agent.route: base_url`) and that "
+    "the prompt reached it",
+)
 #: Reverse listeners opened for ``agent.route: base_url`` (one per upstream in the provider table).
 REVERSE_HOSTS = reverse_hosts()
 #: Staging files of the recordings in progress: a runner that must exit at once after a
@@ -122,50 +122,6 @@ class RunOptions:
     progress: Progress | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class FlowResult:
-    """The verdict on one flow, with everything the reports show."""
-
-    spec_path: Path
-    name: str
-    mode: str
-    exit_code: int
-    cassette: Path | None = None
-    steps: tuple[StepResult, ...] = ()
-    divergences: tuple[str, ...] = ()
-    drifts: tuple[str, ...] = ()
-    missing: str | None = None
-    errors: tuple[str, ...] = ()
-    #: A FlowproofError that stopped the flow (spec error, missing cassette, agent failure …).
-    error: str | None = None
-    reply: str | None = None
-    tool_calls: tuple[str, ...] = ()
-    agent_stdout: str = ""
-    agent_stderr: str = ""
-    agent_returncode: int | None = None
-    heal_diff: str | None = None
-    rejected: Path | None = None
-    notes: tuple[str, ...] = ()
-    #: The evidence behind each assert_no_tool_call (`flowproof.guard.GuardEvidence.to_json`).
-    guards: tuple[dict[str, Any], ...] = ()
-    startup_seconds: float | None = None
-    duration: float = 0.0
-    turns: int = 0
-    #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
-    compare: tuple[CompareResult, ...] = ()
-    events: tuple[Event, ...] = field(default=(), compare=False, repr=False)
-    #: Why an exit-5 flow failed, for advice that fits: "timeout", "upstream", "crash" or None.
-    failure: str | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.exit_code == EXIT_OK
-
-    @property
-    def record_command(self) -> str:
-        return record_command(self.spec_path)
-
-
 def run_flow(spec_path: Path | str, options: RunOptions) -> FlowResult:
     """Run one flow spec and return its verdict (never raises a FlowproofError)."""
     started = time.monotonic()
@@ -206,10 +162,11 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
     timeout = options.timeout if options.timeout is not None else agent.timeout
 
     existing: Cassette | None = None
+    views: tuple[Turn, ...] = ()
     if mode in ("replay", "compare"):
-        existing = _load_existing(cassette, spec_path, agent.route, required=True)
+        existing, views = _load_existing(cassette, spec_path, agent.route, required=True)
     elif cassette.exists():
-        existing = _load_existing(cassette, spec_path, agent.route, required=False)
+        existing, views = _load_existing(cassette, spec_path, agent.route, required=False)
 
     if agent.url and not options.proxy_port:
         raise FlowproofError(
@@ -243,7 +200,9 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
     handler = options.compare_handler or spec.on_compare
     upstream = tuple(options.upstream)
     cancel = options.cancel
-    watch = options.progress.watch(spec_path, spec.name, prompts) if options.progress else None
+    # A replayed turn is logged as its place in the cassette: these are its views.
+    replayed = views if mode == "replay" else ()
+    watch = options.progress.watch(spec_path, spec.name, prompts, replayed) if options.progress else None
     try:
         with tempfile.TemporaryDirectory(prefix=scratch_prefix("run")) as scratch:
             settings = ProxySettings(
@@ -276,6 +235,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                     proxy, spec.agent, prompts, agent_environ, ca, placeholders, model_hosts, timeout,
                     cancelled=cancel.is_set if cancel is not None else None,
                     events=watch.source(proxy.events) if watch is not None else None,
+                    replayed=replayed,
                 )
             finally:
                 proxy.stop()
@@ -285,20 +245,24 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             events = parse_events(raw_events)
         if cancel is not None and cancel.is_set():
             raise Interrupted(cancel.signum)
-        return _verdict(
-            spec=spec,
+        return judge_flow(
+            events,
+            run,
             spec_path=spec_path,
+            name=spec.name,
             mode=mode,
             cassette=cassette,
+            record_command=record_command(spec_path),
+            advice=ADVICE,
             existing=existing,
-            run=run,
-            events=events,
+            views=views,
+            staging=staging if mode == "record" else None,
+            spec=spec,
             handler=handler,
             timeout=timeout,
-            startup=proxy.startup_seconds,
-            staging=staging,
-            cancel=cancel,
             allow_error_turns=options.allow_error_turns or spec.allow_error_turns,
+            startup=proxy.startup_seconds,
+            before_keep=(lambda: _interrupted(cancel)) if cancel is not None else None,
         )
     finally:
         # A verdict keeps or rejects the staging file; on any other way out (an agent
@@ -311,6 +275,12 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             watch.finish()
 
 
+def _interrupted(cancel: Cancel) -> None:
+    if cancel.is_set():
+        # A signal during the assertions: the verdict is moot and nothing may be recorded.
+        raise Interrupted(cancel.signum)
+
+
 def _proxy_for(settings: ProxySettings, options: RunOptions) -> RunningProxy | WarmSession:
     """A session on the run's warm proxy when the flow can have one, else a proxy of its own."""
     if options.proxies is not None and warm_key(settings) is not None:
@@ -318,13 +288,16 @@ def _proxy_for(settings: ProxySettings, options: RunOptions) -> RunningProxy | W
     return start_proxy(settings, timeout=options.proxy_timeout)
 
 
-def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: bool) -> Cassette:
+def _load_existing(
+    cassette: Path, spec_path: Path, route: str, *, required: bool
+) -> tuple[Cassette, tuple[Turn, ...]]:
+    """The cassette and its turns' views (built by the check, read by the judge)."""
     command = record_command(spec_path)
     if required and not cassette.exists():
         raise CassetteNotFoundError(cassette, command)
     loaded = load_cassette(cassette, record_command=command)
     # A cassette is checked whole before the proxy serves any of it (exit 2, turn and field).
-    check_cassette(loaded, cassette)
+    views = check_cassette(loaded, cassette)
     if required and loaded.route != route:
         raise CassetteError(
             cassette,
@@ -332,7 +305,7 @@ def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: boo
             "(agents send different requests per route)",
             f"re-record with: {command}",
         )
-    return loaded
+    return loaded, views
 
 
 def _drive(
@@ -346,6 +319,7 @@ def _drive(
     timeout: float,
     cancelled: Callable[[], bool] | None = None,
     events: EventSource | None = None,
+    replayed: Sequence[Turn] = (),
 ) -> AgentRun:
     events = events or proxy.events
     if agent.url:
@@ -377,123 +351,5 @@ def _drive(
         timeout=timeout,
         events=events,
         cancelled=cancelled,
+        replayed=replayed,
     )
-
-
-def trajectory_turns(events: Sequence[Event]) -> list[Turn]:
-    """The normalized `Turn` of every ``turn`` event, through the codecs."""
-    return [turn_views(e.turn) for e in events if isinstance(e, TurnEvent)]
-
-
-def _verdict(
-    *,
-    spec: FlowSpec,
-    spec_path: Path,
-    mode: str,
-    cassette: Path,
-    existing: Cassette | None,
-    run: AgentRun,
-    events: list[Event],
-    handler: str | None,
-    timeout: float,
-    startup: float,
-    staging: Staging,
-    cancel: Cancel | None = None,
-    allow_error_turns: bool = False,
-) -> FlowResult:
-    checked: dict[str, Any] = {}
-
-    def steps() -> tuple[StepResult, ...]:
-        turns = trajectory_turns(events)
-        mcp_tools = {t.name for server in spec.mcp for t in server.tools}
-        mcp_calls = calls_from_events([e.to_json() for e in events])
-        trajectory = build_trajectory(turns, mcp_calls, mcp_tools)
-        checked.update(
-            reply=trajectory.reply,
-            tool_calls=tuple(_call_label(c) for c in trajectory.tool_calls),
-            turns=len(turns),
-            guards=tuple(g.to_json() for g in guard_evidence(spec, trajectory)),
-        )
-        return tuple(
-            StepResult(
-                passed=r.passed,
-                message=r.message,
-                location=str(r.location) if r.location else None,
-                source=step_line(r.step),
-                mismatches=r.mismatches,
-            )
-            for r in evaluate(spec, trajectory)
-        )
-
-    verdict = decide_exit(
-        events, run, steps, mode, timeout=timeout, handler=handler, existing=existing
-    )
-    result = FlowResult(
-        spec_path=spec_path,
-        name=spec.name,
-        mode=mode,
-        exit_code=verdict.exit_code,
-        cassette=cassette,
-        steps=verdict.steps or (),
-        divergences=verdict.divergences,
-        drifts=verdict.drifts,
-        missing=verdict.missing,
-        errors=verdict.errors,
-        error=verdict.error,
-        notes=(*verdict.notes, *(e.text for e in events if isinstance(e, McpRejectedEvent))),
-        compare=verdict.compare,
-        agent_stdout=run.stdout,
-        agent_stderr=run.stderr,
-        agent_returncode=run.returncode,
-        startup_seconds=startup,
-        events=tuple(events),
-        failure=verdict.failure,
-        **checked,
-    )
-    if verdict.recording == "reject":
-        return _with(result, rejected=staging.reject())
-    if verdict.recording == "keep":
-        if cancel is not None and cancel.is_set():
-            # A signal during the assertions: the verdict is moot and nothing may be recorded.
-            raise Interrupted(cancel.signum)
-        return _keep(result, staging, existing, allow_error_turns)
-    return result
-
-
-def _call_label(call: Any) -> str:
-    """A trajectory call as reports list it: the name, marked when it crossed the MCP boundary."""
-    return f"{call.name} (mcp)" if boundary_of(call) == MCP else str(call.name)
-
-
-def _keep(result: FlowResult, staging: Staging, existing: Cassette | None,
-          allow_error_turns: bool) -> FlowResult:
-    """Keep a passing recording, unless it holds an HTTP error status the flow did not ask for:
-    an error turn is usually a flaky upstream, not the behaviour the flow means to pin."""
-    errors = error_turns(load_cassette(staging.path)) if staging.path.exists() else ()
-    if errors and not allow_error_turns:
-        return _with(
-            result, exit_code=EXIT_AGENT, failure="upstream", notes=(*result.notes, *errors),
-            error=f"{errors[0]}; a cassette with error turns is not kept — record again when "
-                  "the upstream is healthy, or pass --allow-error-turns (spec key "
-                  "`allow_error_turns: true`) if this flow tests error handling",
-            rejected=staging.reject(),
-        )
-    heal = staging.keep(result.turns, existing)
-    if errors:
-        heal = "\n".join([*errors, heal or ""]).strip()
-    return _with(result, heal_diff=heal, notes=(*result.notes, *errors))
-
-
-def step_line(step: Any) -> str:
-    """A step as the report lists it, reading as what it checks: ``no call to issue_refund``
-    (a bare name after ✓ would read as if the tool had been called), ``create_booking where
-    flight.id equals KQ311``, ``reply contains booked``; ``strict: true`` for the strict check."""
-    if step is None:
-        return "strict: true"
-    if isinstance(step, ToolCallAssertion):
-        what = describe_assertion(step)
-        return f"no call to {what}" if step.negated else what
-    source = getattr(step, "source", None)
-    if source:
-        return str(source)
-    return type(step).__name__

@@ -33,11 +33,13 @@ from flowproof.events import (
     ErrorEvent,
     Event,
     McpCallEvent,
+    ReplayedTurnEvent,
     RequestStartedEvent,
     TurnEvent,
     parse_event,
 )
 from flowproof.log import TERMINAL, get_logger
+from flowproof.model import Turn
 from flowproof.runner.agents import EventSource, answer_complete
 from flowproof.views import request_view, turn_path_fields
 from flowproof.wire import with_path_fields
@@ -91,15 +93,25 @@ def _model(turn_event: TurnEvent) -> str | None:
     return None if view is None else with_path_fields(view, turn_path_fields(turn)).model
 
 
-def call_fields(event: Event) -> tuple[str, dict[str, Any]] | None:
+def call_fields(event: Event, replayed: Sequence[Turn] = ()) -> tuple[str, dict[str, Any]] | None:
     """The log line of one event that ends an intercepted call: its name and fields, in order.
 
     ``model_call``: provider, model, outcome (``matched`` turn in replay,
     ``recorded``, ``live`` in compare, ``abandoned``, ``miss``, ``error``), turn
     (the cassette turn served or recorded; the closest one for a miss) and ms.
     ``mcp_call``: server, tool and whether flowproof answered it. None for the
-    other events.
+    other events. ``replayed`` holds the views of the replayed cassette's turns, which a
+    replayed turn's event names by position.
     """
+    if isinstance(event, ReplayedTurnEvent):
+        served = replayed[event.index] if event.index < len(replayed) else None
+        return "model_call", {
+            "provider": served.request.provider if served is not None else None,
+            "model": served.request.model if served is not None else None,
+            "outcome": "abandoned" if served is not None and served.abandoned else _OUTCOMES["replay"],
+            "turn": served.index if served is not None else event.index,
+            "ms": event.ms,
+        }
     if isinstance(event, TurnEvent):
         turn = event.turn
         outcome = "abandoned" if turn.abandoned else _OUTCOMES.get(event.mode, event.mode)
@@ -158,10 +170,13 @@ class FlowWatch:
     """One flow's progress, fed with its event log as the agent driver reads it."""
 
     def __init__(
-        self, name: str, prompts: Sequence[str], *, log: Any, verbose: bool, debug: bool
+        self, name: str, prompts: Sequence[str], *, log: Any, verbose: bool, debug: bool,
+        replayed: Sequence[Turn] = (),
     ) -> None:
         self.name = name
         self.prompts = tuple(prompts)
+        #: The views of the replayed cassette's turns (a replayed turn's event names one).
+        self.replayed = tuple(replayed)
         self.started = time.monotonic()
         self.calls = 0
         #: The prompt being answered (0-based); advances like the driver's (`answer_complete`).
@@ -193,7 +208,7 @@ class FlowWatch:
             self._seen = len(raw)
             for obj in new:
                 self._take(obj)
-            if self.prompt < len(self.prompts) - 1 and answer_complete(raw, self._turns_before):
+            if self.prompt < len(self.prompts) - 1 and answer_complete(raw, self._turns_before, self.replayed):
                 self.prompt += 1
                 self._turns_before = sum(1 for e in raw if e.get("event") == "turn")
 
@@ -207,7 +222,7 @@ class FlowWatch:
             event = parse_event(obj)
         except FlowproofError:
             return  # an unreadable turn: the verdict reports it
-        line = call_fields(event)
+        line = call_fields(event, self.replayed)
         if line is not None:
             self._log.info(line[0], **line[1])
         elif self._debug:
@@ -262,12 +277,15 @@ class Progress:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def watch(self, spec_path: Path, name: str, prompts: Sequence[str]) -> FlowWatch:
-        """Start watching one flow (and the status line, with the first flow)."""
+    def watch(
+        self, spec_path: Path, name: str, prompts: Sequence[str], replayed: Sequence[Turn] = ()
+    ) -> FlowWatch:
+        """Start watching one flow (and the status line, with the first flow); ``replayed``:
+        the views of the cassette a replay serves."""
         log = get_logger(flow=name) if self.total > 1 else get_logger()
         flow = FlowWatch(
             name or spec_path.name, prompts, log=log,
-            verbose=self.verbosity >= 1, debug=self.verbosity >= 2,
+            verbose=self.verbosity >= 1, debug=self.verbosity >= 2, replayed=replayed,
         )
         with self._lock:
             self._watches.append(flow)

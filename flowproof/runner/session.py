@@ -25,54 +25,48 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from flowproof.cassette import Cassette, load_cassette
-from flowproof.cassette_check import check_cassette, error_turns
-from flowproof.commands import addon_record_command
+from flowproof.cassette_check import check_cassette
 from flowproof.errors import (
-    EXIT_AGENT,
-    EXIT_DIVERGENCE,
-    EXIT_DRIFT,
     CassetteError,
     CassetteNotFoundError,
     FlowFailure,
     FlowproofError,
 )
-from flowproof.events import (
-    DivergenceEvent,
-    DriftEvent,
-    ErrorEvent,
-    Event,
-    RequestStartedEvent,
-    TurnEvent,
-    parse_events,
-)
+from flowproof.events import Event, parse_events
+from flowproof.model import Turn
+from flowproof.report.text import next_step, render_flow
+from flowproof.run_record import read_run
 from flowproof.runner.env import CAFiles, agent_env, default_ca_dir, ensure_ca
-from flowproof.runner.flow import MODES, FlowResult
+from flowproof.runner.flow import MODES
+from flowproof.runner.judge import judge_flow
 from flowproof.runner.lock import cassette_lock
 from flowproof.runner.proxy import ProxySettings, RunningProxy, scratch_prefix, start_proxy
 from flowproof.runner.recording import Staging
-from flowproof.runner.report import next_step, render_flow
-from flowproof.trajectory import Trajectory, build_trajectory
-from flowproof.verdict import decide_exit
-from flowproof.views import turn_views
+from flowproof.trajectory import Trajectory
+from flowproof.verdict import Advice, FlowResult
 from flowproof.wire.providers import reverse_hosts
 
 __all__ = ["ProxySession", "session_report"]
 
 #: How long `ProxySession.trajectory` waits for calls still in flight to be logged.
 SETTLE_SECONDS = 5.0
-#: Events that end a model call begun with ``request_started`` (docs/internals.md).
-_ENDS_A_CALL = (TurnEvent, DivergenceEvent, DriftEvent, ErrorEvent)
+#: How a session words what to do about a recording it refused.
+ADVICE = Advice(
+    allow_error_turns="pass allow_error_turns=True",
+    no_model_call="build the SDK client after the session starts (clients read HTTPS_PROXY and "
+    "the CA variables when they are built), or use route='base_url'",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class _InProcess:
-    """The agent outcome `decide_exit` reads: the agent is the caller, which did not crash
+    """The agent outcome the judge reads: the agent is the caller, which did not crash
     from flowproof's point of view (its own failure is the caller's test result)."""
 
     returncode: int | None = 0
@@ -122,6 +116,8 @@ class ProxySession:
         self._proxy_timeout = proxy_timeout
         self._proxy: RunningProxy | None = None
         self._existing: Cassette | None = None
+        #: The views of the cassette's turns, built by its check (a replayed turn is logged by position).
+        self._views: tuple[Turn, ...] = ()
         self._held = ExitStack()
         self._saved_env: dict[str, str | None] = {}
         self._events: list[Event] | None = None
@@ -236,18 +232,21 @@ class ProxySession:
         return parse_events(self._proxy.events())
 
     def trajectory(self) -> Trajectory:
-        """The trajectory of the model calls so far (all of them once closed).
+        """The trajectory of the model calls so far (all of them once closed: the one the
+        session was judged on), MCP calls included.
 
         While open, a call the proxy has seen begin but not yet logged (a streamed answer's
         turn is logged when its stream ends) is waited for, up to `SETTLE_SECONDS`.
         """
-        events = self.events()
+        if self._result is not None and self._result.trajectory is not None:
+            return self._result.trajectory
+        record = read_run(self.events(), self._existing, views=self._views)
         if self._events is None and self._proxy is not None:
             deadline = time.monotonic() + SETTLE_SECONDS
-            while _in_flight(events) and time.monotonic() < deadline:
+            while record.in_flight and time.monotonic() < deadline:
                 time.sleep(0.02)
-                events = self.events()
-        return build_trajectory([turn_views(e.turn) for e in events if isinstance(e, TurnEvent)])
+                record = read_run(self.events(), self._existing, views=self._views)
+        return record.trajectory()
 
     # --- internals --------------------------------------------------------------------------
 
@@ -261,7 +260,7 @@ class ProxySession:
         if not self.cassette.exists():
             raise CassetteNotFoundError(self.cassette, self.rerecord)
         loaded = load_cassette(self.cassette, record_command=self.rerecord)
-        check_cassette(loaded, self.cassette)
+        self._views = check_cassette(loaded, self.cassette)
         if self.mode != "record" and loaded.route != self.route:
             raise CassetteError(
                 self.cassette,
@@ -292,68 +291,23 @@ class ProxySession:
         self._held.close()
 
     def _judge(self, events: list[Event], startup: float, failed: bool) -> FlowResult:
-        turns = [turn_views(e.turn) for e in events if isinstance(e, TurnEvent)]
-        trajectory = build_trajectory(turns)
-        verdict = decide_exit(
-            events, _InProcess(), lambda: (), self.mode, timeout=0.0, existing=self._existing
-        )
-        # Without a spec the addon's advice is the bare mitmdump command; this session knows
-        # the command that records its cassette (a pytest run in record mode).
-        addon_advice = addon_record_command(self.cassette)
-        divergences = tuple(d.replace(addon_advice, self.rerecord) for d in verdict.divergences)
-        result = FlowResult(
+        return judge_flow(
+            events,
+            _InProcess(),
             spec_path=Path(self.name),
             name=self.name,
             mode=self.mode,
-            exit_code=verdict.exit_code,
             cassette=self.cassette,
-            divergences=divergences,
-            drifts=verdict.drifts,
-            missing=verdict.missing,
-            errors=verdict.errors,
-            error=verdict.error,
-            notes=verdict.notes,
-            compare=verdict.compare,
-            reply=trajectory.reply,
-            tool_calls=tuple(c.name for c in trajectory.tool_calls),
-            turns=len(turns),
-            startup_seconds=startup,
+            record_command=self.rerecord,
+            advice=ADVICE,
+            existing=self._existing,
+            views=self._views,
+            staging=self._staging if self.mode == "record" else None,
+            allow_error_turns=self.allow_error_turns,
+            test_failed=failed,
+            startup=startup,
             duration=time.monotonic() - self._started,
-            events=tuple(events),
-            failure=verdict.failure,
         )
-        if self.mode != "record":
-            return result
-        staging = self._staging
-        if verdict.recording != "keep" or failed:
-            return replace(result, rejected=staging.reject())
-        errors = error_turns(load_cassette(staging.path)) if staging.path.exists() else ()
-        if errors and not self.allow_error_turns:
-            return replace(
-                result, exit_code=EXIT_AGENT, failure="upstream", notes=(*result.notes, *errors),
-                error=f"{errors[0]}; a cassette with error turns is not kept — record again when "
-                      "the upstream is healthy, or pass allow_error_turns=True if this test "
-                      "tests error handling",
-                rejected=staging.reject(),
-            )
-        if not turns:
-            return replace(
-                result, exit_code=EXIT_AGENT, rejected=staging.reject(),
-                error="no model call went through the proxy, so there is nothing to record — build "
-                      "the SDK client after the session starts (clients read HTTPS_PROXY and the CA "
-                      "variables when they are built), or use route='base_url'",
-            )
-        try:
-            heal = staging.keep(len(turns), self._existing)
-        except FlowproofError as e:
-            return replace(result, exit_code=e.exit_code, error=str(e))
-        return replace(result, heal_diff=heal, notes=(*result.notes, *errors))
-
-
-def _in_flight(events: Sequence[Event]) -> bool:
-    started = {e.id for e in events if isinstance(e, RequestStartedEvent)}
-    ended = {getattr(e, "id", None) for e in events if isinstance(e, _ENDS_A_CALL)}
-    return bool(started - ended)
 
 
 def session_report(session: ProxySession, result: FlowResult, exc: BaseException | None = None) -> str:
@@ -364,12 +318,4 @@ def session_report(session: ProxySession, result: FlowResult, exc: BaseException
         # the proxy's event log, a scratch file that is gone by now.
         first = (str(exc).strip().splitlines() or [""])[0].split(". ")[0][:200]
         text += f"\n  the test then failed with: {type(exc).__name__}" + (f": {first}" if first else "")
-    if result.exit_code == EXIT_DIVERGENCE:
-        last = (f"If the change is intended, re-record with: {session.rerecord} — then review the "
-                "heal diff; otherwise fix the agent.")
-    elif result.exit_code == EXIT_DRIFT:
-        last = ("The live run differs from the recording: inspect the first drift, then re-record "
-                f"with {session.rerecord} if the new behaviour is right (compare never writes).")
-    else:
-        last = next_step(result)
-    return f"{text}\n{last}"
+    return f"{text}\n{next_step(result)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,18 @@ class TestComposition:
         harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
         harness.addon.done()
         assert [e["event"] for e in harness.events()] == ["done"]
-        assert harness.addon.root.events._file is None
+        assert harness.report.resolve() not in open_paths()
+
+
+def open_paths() -> set[Path]:
+    """The files this process holds open (Linux: /proc/self/fd)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.add(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        except OSError:
+            continue
+    return found
 
 
 class TestLifecycle:

@@ -148,8 +148,10 @@ class TestRecord:
         mcp.request(flow)
         flow.error = Error("connection refused")
         mcp.error(flow)
-        text = events_of(log)[-1]["text"]
-        assert "the MCP server `exports` (http://127.0.0.1:8123/mcp)" in text and "connection refused" in text
+        error = events_of(log)[-1]
+        assert error["kind"] == "mcp"
+        assert "the MCP server `exports` (http://127.0.0.1:8123/mcp)" in error["text"]
+        assert "connection refused" in error["text"]
 
 
 class TestReplay:
@@ -172,7 +174,7 @@ class TestReplay:
         again = mcp_flow({"jsonrpc": "2.0", "id": 8, "method": "tools/list"})
         mcp.request(again)
         assert again.response is not None and again.response.status_code == 400
-        assert events_of(log)[-1]["event"] == "divergence"
+        assert events_of(log)[-1]["event"] == "mcp_divergence"
         assert "matches no recorded exchange" in events_of(log)[-1]["text"]
 
     def test_get_is_405_and_missing_exchanges_are_reported(self, tmp_path: Path) -> None:
@@ -183,7 +185,7 @@ class TestReplay:
         text = mcp.unconsumed_text()
         assert text is not None and "mcp exchange 0 with `exports`: tools/list" in text
         mcp.done()
-        assert events_of(_log)[-1]["event"] == "divergence"
+        assert events_of(_log)[-1]["event"] == "mcp_divergence"
         assert "were never requested" in events_of(_log)[-1]["text"]
 
 

@@ -24,7 +24,7 @@ class TestRecordCommand:
     def test_without_a_spec_it_is_the_mitmdump_command(self, tmp_path: Path):
         """Without a spec it is the bare mitmdump command for the cassette."""
         config = build_config({"mode": "replay", "cassette": str(tmp_path / "c.json")}, environ={})
-        assert Shared(config).record_command().endswith(f"flowproof_cassette={tmp_path / 'c.json'}")
+        assert config_record_command(config).endswith(f"flowproof_cassette={tmp_path / 'c.json'}")
 
 
 class TestDetect:

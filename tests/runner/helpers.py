@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from flowproof.divergence import Divergence, FieldChange
+
 
 def chat_turn(index: int, *, text: str | None = None, call: tuple[str, dict] | None = None,
               user: str = "Book me a flight", system: str = "You book flights.") -> dict[str, Any]:
@@ -49,13 +51,25 @@ BOOKING_TURNS = [
 ]
 
 
-def turn_events(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """request_started + turn events for each turn, as the replaying addon writes them."""
+def turn_events(turns: list[dict[str, Any]], mode: str = "replay") -> list[dict[str, Any]]:
+    """request_started + turn events for each turn, as the addon writes them in ``mode``: a
+    replayed turn is named by its place in the cassette (here its ``index``) and its body hash,
+    a recorded or compared one is the whole live turn."""
     events = []
     for t in turns:
         events.append({"event": "request_started", "id": str(t["index"])})
-        events.append({"event": "turn", "id": str(t["index"]), "mode": "replay", "turn": t})
+        if mode == "replay":
+            events.append({"event": "turn", "id": str(t["index"]), "mode": "replay", "index": t["index"],
+                           "body_sha256": t["request"]["body_sha256"]})
+        else:
+            events.append({"event": "turn", "id": str(t["index"]), "mode": mode, "turn": t})
     return events
+
+
+def divergence_event(call: str, path: str, recorded: Any, replayed: Any, closest: int = 0) -> dict[str, Any]:
+    """A replay divergence at one body field, as the replaying addon logs it."""
+    divergence = Divergence("unmatched", 1, closest, fields=(FieldChange(path, recorded, replayed),))
+    return {"event": "divergence", "id": call, "divergence": divergence.to_json()}
 
 
 def write_script(path: Path, **script: Any) -> Path:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from flowproof.cassette import loads_cassette
+from flowproof.cassette_check import check_cassette
 from flowproof.errors import AgentError
 from flowproof.runner.agents import (
     answer_complete,
@@ -20,7 +22,10 @@ from flowproof.runner.agents import (
     run_url_agent,
 )
 
-from .helpers import BOOKING_TURNS, turn_events
+from .helpers import BOOKING_TURNS, cassette_text, turn_events
+
+#: The views of the cassette the replayed events name (the runner's cassette check builds them).
+VIEWS = check_cassette(loads_cassette(cassette_text(BOOKING_TURNS), "c.json"), "c.json")
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
@@ -124,7 +129,7 @@ class TestCommandAgent:
         from flowproof.runner import agents
 
         monkeypatch.setattr(agents, "DIVERGENCE_GRACE", 0.3)
-        events = [{"event": "divergence", "id": "1", "text": "x"}]
+        events = [{"event": "divergence", "id": "1", "divergence": {"kind": "unmatched"}}]
         run = run_command_agent("sleep 30", prompts=[], env=ENV, cwd=tmp_path, timeout=20, events=lambda: events)
         assert run.stopped_early == "divergence" and not run.timed_out
         assert run.duration < 5
@@ -134,16 +139,19 @@ class TestAnswerComplete:
     def test_in_flight_call_is_not_complete(self) -> None:
         """A request without its turn means the answer is still coming."""
         events = turn_events(BOOKING_TURNS) + [{"event": "request_started", "id": "9"}]
-        assert not answer_complete(events, 0)
+        assert not answer_complete(events, 0, VIEWS)
 
     def test_tool_call_turn_is_not_complete(self) -> None:
-        """A newest turn that asks for a tool is not a final answer."""
-        assert not answer_complete(turn_events(BOOKING_TURNS[:1]), 0)
+        """A newest turn that asks for a tool is not a final answer: a replayed turn is read from
+        the cassette's views, a live one from the turn the log holds."""
+        assert not answer_complete(turn_events(BOOKING_TURNS[:1]), 0, VIEWS)
+        assert not answer_complete(turn_events(BOOKING_TURNS[:1], "record"), 0)
 
     def test_final_text_is_complete(self) -> None:
         """A newest text turn with nothing in flight completes the answer."""
-        assert answer_complete(turn_events(BOOKING_TURNS), 0)
-        assert not answer_complete(turn_events(BOOKING_TURNS), 3)
+        assert answer_complete(turn_events(BOOKING_TURNS), 0, VIEWS)
+        assert not answer_complete(turn_events(BOOKING_TURNS), 3, VIEWS)
+        assert answer_complete(turn_events(BOOKING_TURNS, "compare"), 0)
 
 
 class _Handler(BaseHTTPRequestHandler):

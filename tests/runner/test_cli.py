@@ -352,3 +352,39 @@ class TestRunFlowsWait:
         assert results == ["fast", "slow"]
         # A spinning wait burns about the whole 0.8 s; 16 wake-ups of a sleeping one, a few ms.
         assert cpu < 0.15, f"the main thread used {cpu:.3f} CPU-s while waiting 0.8 s"
+
+
+class TestHtmlFlag:
+    def test_every_flow_of_a_parallel_run_is_on_the_page(self, tmp_path: Path, fake_env) -> None:
+        """-j 2 with --html: one page, both flows, the exit code unchanged by the report."""
+        a = write_spec(tmp_path, name="a")
+        b = write_spec(tmp_path, name="b")
+        (tmp_path / "a.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        page = tmp_path / "report.html"
+        res = CliRunner().invoke(run_command, [str(a), str(b), "-j", "2", "--html", str(page)], catch_exceptions=False)
+        assert res.exit_code == 2, res.output
+        text = page.read_text(encoding="utf-8")
+        assert "1 of 2 flow(s) passed · exit code 2" in text
+        assert "tool call · create_booking" in text and "Your flight is booked: B-1042." in text
+        assert "no cassette to replay" in text
+
+    def test_an_unwritable_path_is_one_line_and_exit_2(self, tmp_path: Path, fake_env) -> None:
+        spec = write_spec(tmp_path)
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        blocker = tmp_path / "file"
+        blocker.write_text("not a folder")
+        res = CliRunner().invoke(run_command, [str(spec), "--html", str(blocker / "r.html")], catch_exceptions=False)
+        assert res.exit_code == 2
+        assert f"cannot write the HTML report to {blocker / 'r.html'}" in res.output
+        assert "Traceback" not in res.output
+
+    def test_an_empty_shard_still_writes_a_page(self, tmp_path: Path, fake_env) -> None:
+        spec = write_spec(tmp_path)
+        page = tmp_path / "report.html"
+        res = CliRunner().invoke(
+            run_command, [str(spec), "--shard", "2/2", "--html", str(page)], catch_exceptions=False
+        )
+        assert res.exit_code == 0, res.output
+        assert "No flow ran." in page.read_text(encoding="utf-8")

@@ -18,11 +18,13 @@ import pytest
 from click.testing import CliRunner
 
 from flowproof.errors import EXIT_AGENT, EXIT_OK, EXIT_USAGE
+from flowproof.report.files import write_junit
+from flowproof.report.json_report import render_json
+from flowproof.report.junit import junit_xml
 from flowproof.runner.agents import run_command_agent
 from flowproof.runner.cli import run_command
 from flowproof.runner.flow import Cancel, FlowResult, RunOptions, run_flow
 from flowproof.runner.recording import rejected_path, staging_path
-from flowproof.runner.report import junit_xml, render_json, write_junit
 
 from .conftest import FAKE_ADDON, group_alive
 from .helpers import BOOKING_TURNS, cassette_text, turn_events, write_script, write_spec

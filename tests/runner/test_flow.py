@@ -23,7 +23,7 @@ from flowproof.runner.proxy import ProxySettings
 from flowproof.runner.recording import rejected_path, staging_path
 
 from .conftest import FAKE_ADDON
-from .helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events, write_script, write_spec
+from .helpers import BOOKING_TURNS, cassette_text, chat_turn, divergence_event, turn_events, write_script, write_spec
 
 
 @pytest.fixture
@@ -69,10 +69,12 @@ class TestReplay:
         spec = write_spec(tmp_path, command="exit 1")
         with_cassette(spec)
         events = [{"event": "request_started", "id": "1"},
-                  {"event": "divergence", "id": "1", "text": "book.flight.id: recorded KQ311, replayed KQ999"}]
+                  divergence_event("1", "book.flight.id", "KQ311", "KQ999")]
         result = run_flow(spec, opts({"events": events}))
         assert result.exit_code == EXIT_DIVERGENCE
-        assert "KQ999" in result.divergences[0]
+        [text] = result.divergence_texts()
+        assert "book.flight.id: recorded KQ311, replayed KQ999" in text
+        assert text.endswith(f"re-record the cassette: flowproof-run {shlex.quote(str(spec))} --record")
         assert result.steps == ()
 
     def test_unconsumed_turns_are_missing_calls(self, tmp_path: Path, opts) -> None:
@@ -81,7 +83,8 @@ class TestReplay:
         with_cassette(spec)
         result = run_flow(spec, opts({"events": turn_events(BOOKING_TURNS[:2]), "done": {"unconsumed": [2]}}))
         assert result.exit_code == EXIT_DIVERGENCE
-        assert "turn 2" in (result.missing or "")
+        assert result.missing is not None and result.missing.turns == (2,)
+        assert "1 recorded turn was never requested: turn 2" in (result.missing_text() or "")
 
     def test_failed_assertion_is_exit_1(self, tmp_path: Path, opts) -> None:
         """A trajectory without the booking call fails its assertion with exit 1."""
@@ -159,7 +162,8 @@ class TestRecord:
                      BOOKING_TURNS[2]]
         cassette = with_cassette(spec, old_turns)
         new_text = cassette_text(BOOKING_TURNS)
-        result = run_flow(spec, opts({"events": turn_events(BOOKING_TURNS), "cassette": new_text}, mode="record"))
+        script = {"events": turn_events(BOOKING_TURNS, "record"), "cassette": new_text}
+        result = run_flow(spec, opts(script, mode="record"))
         assert result.exit_code == EXIT_OK, result
         assert cassette.read_text() == new_text
         assert not staging_path(cassette).exists()
@@ -171,7 +175,8 @@ class TestRecord:
         cassette = with_cassette(spec)
         before = cassette.read_bytes()
         bad = [BOOKING_TURNS[0], chat_turn(1, text="I cannot do that.")]
-        result = run_flow(spec, opts({"events": turn_events(bad), "cassette": cassette_text(bad)}, mode="record"))
+        script = {"events": turn_events(bad, "record"), "cassette": cassette_text(bad)}
+        result = run_flow(spec, opts(script, mode="record"))
         assert result.exit_code == EXIT_ASSERTION
         assert cassette.read_bytes() == before
         assert result.rejected == rejected_path(cassette)
@@ -181,7 +186,7 @@ class TestRecord:
         """Recording a new spec writes the cassette and no heal diff."""
         spec = write_spec(tmp_path)
         text = cassette_text(BOOKING_TURNS)
-        result = run_flow(spec, opts({"events": turn_events(BOOKING_TURNS), "cassette": text}, mode="record"))
+        result = run_flow(spec, opts({"events": turn_events(BOOKING_TURNS, "record"), "cassette": text}, mode="record"))
         assert result.exit_code == EXIT_OK
         assert result.heal_diff is None
         assert (tmp_path / "booking.cassette.json").read_text() == text
@@ -207,7 +212,7 @@ class TestCompare:
         spec = write_spec(tmp_path)
         cassette = with_cassette(spec)
         before = cassette.read_bytes()
-        events = turn_events(BOOKING_TURNS) + [
+        events = turn_events(BOOKING_TURNS, "compare") + [
             {"event": "drift", "id": "2", "text": "turn 2: differs", "result": result_json(equal=False)}
         ]
         result = run_flow(spec, opts({"events": events}, mode="compare"))
@@ -220,7 +225,7 @@ class TestCompare:
         """Equal results (text normalized or exact) pass with exit 0."""
         spec = write_spec(tmp_path)
         with_cassette(spec)
-        events = turn_events(BOOKING_TURNS) + [
+        events = turn_events(BOOKING_TURNS, "compare") + [
             {"event": "compared", "id": str(i), "result": result_json(turn=i)} for i in range(3)
         ]
         result = run_flow(spec, opts({"events": events}, mode="compare"))
@@ -234,7 +239,7 @@ class TestCompare:
         monkeypatch.setattr(flow_module, "start_proxy", lambda s, **kw: seen.append(s) or real_start(s, **kw))
         spec = write_spec(tmp_path)
         with_cassette(spec)
-        events = turn_events(BOOKING_TURNS) + [
+        events = turn_events(BOOKING_TURNS, "compare") + [
             {"event": "compared", "id": "1", "result": result_json(equal=False), "handled": True},
             {"event": "compared", "id": "2", "result": result_json("extra"), "handled": True},
             {"event": "compared", "result": result_json("missing", turn=3), "handled": True},
@@ -249,7 +254,7 @@ class TestCompare:
         spec = write_spec(tmp_path)
         with_cassette(spec)
         text = "the compare handler mod:fn rejected turn 0 (thread 0, depth 2): AssertionError: no"
-        events = turn_events(BOOKING_TURNS) + [
+        events = turn_events(BOOKING_TURNS, "compare") + [
             {"event": "drift", "id": "1", "text": text, "result": result_json(), "handled": True}
         ]
         result = run_flow(spec, opts({"events": events}, mode="compare", compare_handler="mod:fn"))
@@ -262,7 +267,7 @@ class TestCompare:
         recorded = [*BOOKING_TURNS, chat_turn(len(BOOKING_TURNS), text="Anything else?")]
         with_cassette(spec, recorded)
         missing = {"event": "drift", "text": "missing", "result": result_json("missing", turn=3)}
-        script = {"events": [*turn_events(BOOKING_TURNS), missing], "done": {"unconsumed": [3]}}
+        script = {"events": [*turn_events(BOOKING_TURNS, "compare"), missing], "done": {"unconsumed": [3]}}
         result = run_flow(spec, opts(script, mode="compare"))
         assert result.exit_code == EXIT_DRIFT, result
         assert [(r.kind, r.turn) for r in result.compare] == [("missing", 3)]
@@ -272,7 +277,8 @@ class TestCompare:
         """Without the proxy's done event the missing turns were never checked: not a pass."""
         spec = write_spec(tmp_path)
         with_cassette(spec)
-        result = run_flow(spec, opts({"events": turn_events(BOOKING_TURNS), "skip_done": True}, mode="compare"))
+        script = {"events": turn_events(BOOKING_TURNS, "compare"), "skip_done": True}
+        result = run_flow(spec, opts(script, mode="compare"))
         assert result.exit_code == EXIT_AGENT
         assert "missing calls could not be checked" in (result.error or "")
 
@@ -281,8 +287,8 @@ class TestStepLines:
     def test_each_step_reads_as_what_it_checks(self, tmp_path: Path) -> None:
         """A passing guard reads "no call to …" (never a bare tool name, which reads as called);
         where clauses and reply checks read as written; the strict check names itself."""
-        from flowproof.runner.flow import step_line
         from flowproof.spec import load_spec
+        from flowproof.verdict import step_line
 
         spec = tmp_path / "guard.flow.yaml"
         spec.write_text(

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import structlog
 
-from flowproof.cassette import turn_from_json
+from flowproof.cassette import loads_cassette, turn_from_json
+from flowproof.cassette_check import check_cassette
 from flowproof.events import (
     DivergenceEvent,
     DoneEvent,
@@ -22,14 +23,17 @@ from flowproof.events import (
     ErrorKind,
     McpCallEvent,
     ReadyEvent,
+    ReplayedTurnEvent,
     TurnEvent,
 )
 from flowproof.log import TERMINAL
 from flowproof.runner.progress import FlowWatch, Progress, call_fields, fit, status_line_enabled
 
-from .helpers import BOOKING_TURNS, chat_turn, turn_events
+from .helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events
 
 TURN = turn_from_json(BOOKING_TURNS[1], "test")
+#: The views of the cassette the replayed events name (the runner's cassette check builds them).
+VIEWS = check_cassette(loads_cassette(cassette_text(BOOKING_TURNS), "c.json"), "c.json")
 
 
 class Tty(io.StringIO):
@@ -84,13 +88,19 @@ class TestWhenTheStatusLineIsDrawn:
 
 
 class TestCallFields:
-    @pytest.mark.parametrize(
-        ("mode", "outcome"), [("replay", "matched"), ("record", "recorded"), ("compare", "live")]
-    )
+    @pytest.mark.parametrize(("mode", "outcome"), [("record", "recorded"), ("compare", "live")])
     def test_a_turn_names_provider_model_outcome_turn_and_ms(self, mode: str, outcome: str) -> None:
         assert call_fields(TurnEvent("f1", mode, TURN, 2.5)) == ("model_call", {
             "provider": "openai-chat", "model": "gpt-4o", "outcome": outcome, "turn": 1, "ms": 2.5,
         })
+
+    def test_a_replayed_turn_is_read_from_the_cassettes_views(self) -> None:
+        event = ReplayedTurnEvent("f1", 1, TURN.request.body_sha256, 0.4)
+        assert call_fields(event, VIEWS) == ("model_call", {
+            "provider": "openai-chat", "model": "gpt-4o", "outcome": "matched", "turn": 1, "ms": 0.4,
+        })
+        # Without the views the line still names the turn.
+        assert call_fields(event)[1]["turn"] == 1  # type: ignore[index]
 
     def test_an_abandoned_turn_says_so(self) -> None:
         abandoned = turn_from_json({**BOOKING_TURNS[0], "abandoned": True}, "test")
@@ -98,7 +108,7 @@ class TestCallFields:
         assert (name, fields["outcome"], fields["turn"]) == ("model_call", "abandoned", 0)
 
     def test_a_miss_names_the_closest_turn_and_the_kind(self) -> None:
-        event = DivergenceEvent("f2", "text", {"kind": "unmatched", "closest_index": 1},
+        event = DivergenceEvent("f2", {"kind": "unmatched", "closest_index": 1},
                                 "anthropic", "claude-haiku-4-5", 0.8)
         assert call_fields(event) == ("model_call", {
             "provider": "anthropic", "model": "claude-haiku-4-5", "outcome": "miss",
@@ -107,7 +117,7 @@ class TestCallFields:
 
     def test_an_unreadable_turn_still_gets_a_line_without_a_model(self) -> None:
         broken = turn_from_json({**BOOKING_TURNS[0], "provider": "no-such-codec"}, "test")
-        assert call_fields(TurnEvent("f1", "replay", broken))[1]["model"] is None  # type: ignore[index]
+        assert call_fields(TurnEvent("f1", "record", broken))[1]["model"] is None  # type: ignore[index]
 
     def test_errors_of_a_call_and_mcp_calls(self) -> None:
         error = ErrorEvent("boom", ErrorKind.UPSTREAM, id="f3")
@@ -126,7 +136,7 @@ class TestCallFields:
 def watch(prompts: tuple[str, ...] = ("Book me a flight",), *, verbose: bool = True,
           debug: bool = False) -> tuple[FlowWatch, Recorder]:
     log = Recorder()
-    return FlowWatch("booking", prompts, log=log, verbose=verbose, debug=debug), log
+    return FlowWatch("booking", prompts, log=log, verbose=verbose, debug=debug, replayed=VIEWS), log
 
 
 class TestFlowWatch:
@@ -162,7 +172,8 @@ class TestFlowWatch:
 
     def test_a_broken_turn_event_is_skipped_not_raised(self) -> None:
         flow, log = watch()
-        flow.feed([{"event": "turn", "id": "x", "mode": "replay", "turn": {"index": 0}}])
+        flow.feed([{"event": "turn", "id": "x", "mode": "replay", "turn": {"index": 0}},
+                   {"event": "turn", "id": "y", "mode": "record", "turn": {"index": 0}}])
         assert log.calls == []
 
     def test_the_prompt_advances_when_its_answer_is_complete(self) -> None:
@@ -173,7 +184,7 @@ class TestFlowWatch:
         assert flow.prompt == 0
         flow.feed(events)  # the text answer: the second prompt goes out
         assert flow.prompt == 1
-        flow.feed([*events, *turn_events([chat_turn(3, text="Cancelled.")])])
+        flow.feed([*events, *turn_events([chat_turn(3, text="Cancelled.")], "record")])
         assert flow.prompt == 1  # there is no third
 
     def test_status_shows_prompt_calls_and_elapsed(self) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from flowproof.compare import compare_responses
+from flowproof.divergence import Divergence
 from flowproof.errors import (
     EXIT_AGENT,
     EXIT_DIVERGENCE,
@@ -17,11 +19,16 @@ from flowproof.errors import (
     FlowFailure,
     FlowproofError,
 )
+from flowproof.model import FinishReason, ResponseView
 from flowproof.runner.env import PLACEHOLDER_KEY, CAFiles
 from flowproof.runner.session import ProxySession, session_report
 
 from .conftest import FAKE_ADDON
 from .helpers import BOOKING_TURNS, cassette_text, turn_events, write_script
+
+#: An unequal compare result, as the comparing addon logs it.
+DRIFT = compare_responses(ResponseView("Booked.", (), FinishReason.STOP), ResponseView("Sorry.", (), FinishReason.STOP),
+                          turn=2, live_call=2, thread=0, depth=3).to_json()
 
 
 @pytest.fixture(autouse=True)
@@ -79,7 +86,7 @@ def test_a_divergence_fails_the_block_with_the_report(
 ) -> None:
     cassette = tmp_path / "c.json"
     cassette.write_text(cassette_text(BOOKING_TURNS))
-    divergence = {"event": "divergence", "id": "f1", "text": "request 1 matches no recorded turn"}
+    divergence = {"event": "divergence", "id": "f1", "divergence": Divergence("unmatched", 1, None).to_json()}
     script(tmp_path, monkeypatch, events=[divergence])
     session = ProxySession(cassette, ca=ca_files, name="t.py::x", rerecord="pytest t.py::x --flowproof-mode record")
     with pytest.raises(FlowFailure) as failure, session:
@@ -88,7 +95,10 @@ def test_a_divergence_fails_the_block_with_the_report(
     report = failure.value.report
     assert "replay divergence" in report and "request 1 matches no recorded turn" in report
     assert "the test then failed with: RuntimeError: Error code: 400 - flowproof replay diverged\n" in report
-    assert report.endswith("otherwise fix the agent.") and "pytest t.py::x --flowproof-mode record" in report
+    assert report.endswith("otherwise fix the agent.")
+    # The record command is data the report is rendered with: the pytest one, in the divergence too.
+    assert "re-record the cassette: pytest t.py::x --flowproof-mode record\n" in report
+    assert "flowproof_cassette=" not in report
     assert "HTTPS_PROXY" not in os.environ
 
 
@@ -96,7 +106,7 @@ def test_record_keeps_only_when_the_test_passed(
     tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cassette = tmp_path / "cassettes" / "c.json"
-    script(tmp_path, monkeypatch, events=turn_events(BOOKING_TURNS), cassette=cassette_text(BOOKING_TURNS))
+    script(tmp_path, monkeypatch, events=turn_events(BOOKING_TURNS, "record"), cassette=cassette_text(BOOKING_TURNS))
     failed = ProxySession(cassette, mode="record", ca=ca_files).start().close(failed=True)
     assert not cassette.exists() and failed.rejected is not None and failed.rejected.exists()
     kept = ProxySession(cassette, mode="record", ca=ca_files).start().close()
@@ -126,11 +136,10 @@ def test_an_unknown_mode_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("mode", "script_done", "events", "expected"),
     [
-        ("replay", {"unconsumed": [2], "text": "1 recorded call(s) were never made (missing calls)"}, [],
-         "1 recorded call(s) were never made"),
-        ("replay", {}, [{"event": "error", "text": "upstream refused the connection"}],
+        ("replay", {"unconsumed": [2]}, [], "1 recorded turn was never requested: turn 2"),
+        ("replay", {}, [{"event": "error", "kind": "upstream", "text": "upstream refused the connection"}],
          "upstream refused the connection"),
-        ("compare", {}, [{"event": "drift", "id": "1", "text": "turn 2: the text differs"}],
+        ("compare", {}, [{"event": "drift", "id": "1", "text": "turn 2: the text differs", "result": DRIFT}],
          "The live run differs from the recording"),
     ],
     ids=["missing calls", "proxy error", "compare drift"],
@@ -147,8 +156,10 @@ def test_missing_calls_proxy_errors_and_drift_fail_the_session(
     assert not result.passed
     report = session_report(session, result)
     assert expected in report
+    if script_done or mode == "compare":  # what to do names the session's record command
+        assert "pytest t.py::x --flowproof-mode record" in report
     if mode == "compare":
-        assert "turn 2: the text differs" in report and "pytest t.py::x --flowproof-mode record" in report
+        assert "compare: 1 result(s), 0 equal, 1 drifted" in report
         assert cassette.read_text() == cassette_text(BOOKING_TURNS)  # compare never writes
 
 

@@ -1,8 +1,9 @@
 """The HTML report: one self-contained page for a whole run (``flowproof-run --html PATH``).
 
-Plain data in, one HTML string out (docs/report.md). The input is the ``--json``
-report (`flowproof.runner.report.render_json`'s document) with, per flow, a
-``conversation`` built by `conversation_json` from the flow's trajectory. The page
+Plain data in, one HTML string out (docs/report.md). `html_report` makes the
+input from the flows: the ``--json`` document (`flowproof.report.json_report`)
+with, per flow, a ``conversation`` built by `conversation_json` from the
+trajectory the flow was judged on and the run's MCP calls. The page
 shows a summary of every flow, then per flow: the first bad turn as a side-by-side
 diff (recorded against replayed or live), the checks, the guard evidence, and each
 thread as a conversation — prompts, the tool results as the model was told them,
@@ -24,14 +25,17 @@ import difflib
 import html
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from flowproof.mcp import McpCall
 from flowproof.model import ToolCall, Turn
+from flowproof.report.json_report import render_json_doc
 from flowproof.trajectory import Trajectory
+from flowproof.verdict import FlowResult
 
-__all__ = ["CSP", "conversation_json", "first_bad_turn", "render_html"]
+__all__ = ["CSP", "conversation_json", "first_bad_turn", "flow_conversation", "html_report", "render_html"]
 
 #: The page may load nothing at all; only its own inline stylesheet applies.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -158,6 +162,26 @@ def first_bad_turn(flow: Mapping[str, Any]) -> list[dict[str, Any]]:
         for f in found
         if (f.get("kind"), f.get("turn"), f.get("thread"), f.get("message")) == place
     ]
+
+
+def flow_conversation(result: FlowResult) -> dict[str, Any] | None:
+    """The flow's conversation (`conversation_json`), or None when no model call was seen
+    (a spec error, a missing cassette, an agent that never started)."""
+    trajectory, mcp_calls = result.trajectory, result.run.mcp_calls
+    if trajectory is None or (not trajectory.turns and not trajectory.abandoned and not mcp_calls):
+        return None
+    return conversation_json(trajectory, mcp_calls)
+
+
+def html_report(results: Sequence[FlowResult], *, shown_path: Callable[[Path], str] = str) -> str:
+    """The page for a run of ``results`` (in run order); ``shown_path`` writes a cassette's path
+    as the page shows it."""
+    doc = render_json_doc(results)
+    for flow, result in zip(doc["flows"], results, strict=True):
+        flow["conversation"] = flow_conversation(result)
+        if result.cassette is not None:
+            flow["cassette"] = shown_path(result.cassette)
+    return render_html(doc)
 
 
 # --------------------------------------------------------------------------- HTML

@@ -1,4 +1,4 @@
-"""Tests for flowproof.report_html: the HTML page, rendered from plain data."""
+"""Tests for flowproof.report.html: the HTML page, rendered from plain data and from judged flows."""
 
 from __future__ import annotations
 
@@ -8,10 +8,16 @@ from typing import Any
 
 import pytest
 
+from flowproof.divergence import Divergence, FieldChange
 from flowproof.mcp import McpCall
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult, Turn
-from flowproof.report_html import CSP, conversation_json, first_bad_turn, render_html
+from flowproof.report.html import CSP, conversation_json, first_bad_turn, flow_conversation, html_report, render_html
 from flowproof.trajectory import build_trajectory
+from flowproof.verdict import FlowResult
+
+from ..runner.helpers import BOOKING_TURNS as CASSETTE_TURNS
+from ..runner.helpers import chat_turn, turn_events
+from .helpers import judged, result
 
 SYSTEM = "You book flights."
 
@@ -383,3 +389,45 @@ class TestUntrustedText:
         """The checks above can fail: unescaped, the same payload is a script and an image."""
         parsed = Elements(f"<p>{HOSTILE}</p>")
         assert {"script", "img"} <= parsed.names()
+
+
+def diverged() -> FlowResult:
+    """Two turns served, then the third request changed a tool result."""
+    divergence = Divergence(
+        kind="unmatched", request_number=3, closest_index=2,
+        fields=(FieldChange("messages.5.content", "B-1042", "B-2077", inner="booking"),),
+    )
+    events = [
+        *turn_events(CASSETTE_TURNS[:2]),
+        {"event": "divergence", "id": "2", "divergence": divergence.to_json()},
+        {"event": "done", "unconsumed": [2]},
+    ]
+    return judged(events, CASSETTE_TURNS)
+
+
+class TestHtmlReport:
+    def test_the_conversation_is_the_trajectory_the_flow_was_judged_on(self) -> None:
+        """The turns the proxy reported are the conversation: tool calls with their arguments."""
+        conversation = flow_conversation(diverged())
+        assert conversation is not None
+        [thread] = conversation["threads"]
+        calls = [c["name"] for t in thread["turns"] for c in t["response"]["tool_calls"]]
+        assert calls == ["search_flights", "create_booking"]
+
+    def test_request_text_is_shown_as_the_cassette_holds_it(self) -> None:
+        """A normalized volatile span shows as its placeholder, as in the cassette."""
+        turn = chat_turn(0, text="Booked.", user="Book me a flight on «volatile:date»")
+        page = html_report([judged(turn_events([turn]), [turn])])
+        assert "Book me a flight on «volatile:date»" in page
+
+    def test_a_flow_that_never_ran_has_no_conversation(self) -> None:
+        assert flow_conversation(result(2, error="spec error")) is None
+        assert "spec error" in html_report([result(2, error="spec error")])
+
+    def test_a_divergence_is_shown_at_its_first_bad_turn(self) -> None:
+        page = html_report([result(), diverged()])
+        assert page.count('<section class="flow') == 2
+        assert "first bad turn: divergence at recorded turn 2" in page
+        assert "messages.5.content → booking" in page
+        assert "B-<mark>1042</mark>" in page and "B-<mark>2077</mark>" in page
+        assert "0 of 2" not in page and "1 of 2 flow(s) passed · exit code 3" in page

@@ -14,23 +14,23 @@ The text report explains a divergence, a drift or a failed assertion in prose;
 
 ``kind`` is ``divergence`` (replay: a request matched nothing; ``detail`` says
 ``unmatched``/``extra``), ``missing`` (replay: a recorded call never made),
-``drift`` (compare: a live response differs, a live request matched nothing, or
-a recorded call was never made — ``detail`` ``missing``),
+``drift`` (compare: a live response differs, a live call has no recorded
+counterpart — ``detail`` ``extra`` — or a recorded call was never made —
+``detail`` ``missing``),
 ``assertion`` (a failed step: ``matcher``, ``expected``, ``actual``, ``tool``,
 ``call`` and ``path`` from its `flowproof.assertions.Mismatch`) or ``error`` (the
 run could not be judged). A divergence with several differing fields is one
 finding per field, a failed step one per mismatch (a where clause, a forbidden
-call). Fields a kind does not have are null. Pure: built from the typed events
-and the steps.
+call). Fields a kind does not have are null. Pure: built from the flow's
+verdict (`flowproof.verdict.FlowResult`), which the run record fed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from flowproof.events import DivergenceEvent, DoneEvent, DriftEvent, Event
-from flowproof.verdict import StepResult
+from flowproof.verdict import FlowResult
 
 __all__ = ["FINDING_KINDS", "Finding", "findings"]
 
@@ -40,57 +40,36 @@ FINDING_KINDS = ("divergence", "missing", "drift", "assertion", "error")
 Finding = dict[str, Any]
 
 
-def findings(
-    events: Sequence[Event],
-    steps: Iterable[StepResult],
-    *,
-    mode: str,
-    error: str | None = None,
-    compare: Sequence[Mapping[str, Any]] = (),
-) -> list[Finding]:
+def findings(result: FlowResult) -> list[Finding]:
     """Every finding of one flow, in report order: divergences, missing calls, drift,
-    failed steps, then the error that stopped the run (when it is not one of those).
-
-    ``compare`` holds the run's compare results (`CompareResult.to_json()`): when given,
-    they are the drift (each differing one: a finding per difference, or one naming its
-    kind); otherwise drift is read from the ``drift`` events.
-    """
+    failed steps, then the error that stopped the run (when it is not one of those);
+    empty for a pass."""
+    if result.passed:
+        return []
     out: list[Finding] = []
-    for event in events:
-        if isinstance(event, DivergenceEvent):
-            out.extend(_from_divergence("divergence", event.divergence, event.text, "replayed"))
-    if mode == "compare" and compare:
-        for result in compare:
-            if result.get("equal") is False:
-                out.extend(_from_compare_result(result))
-    elif mode == "compare":
-        for event in events:
-            if isinstance(event, DriftEvent):
-                out.extend(_from_drift(event))
-    if (mode == "replay" or (mode == "compare" and not compare)) and not any(
-        f["kind"] == "divergence" for f in out
-    ):
-        # Unconsumed turns after a divergence are its cascade: the report leaves them out too.
-        # In compare, fewer live calls than recorded is drift (compare never writes).
-        done = next((e for e in reversed(events) if isinstance(e, DoneEvent)), None)
-        for index in done.unconsumed if done is not None else ():
+    for miss in result.divergences:
+        text = miss.render(result.record_command)
+        data = miss.divergence.to_json() if miss.divergence is not None else {}
+        out.extend(_from_divergence("divergence", data, text, "replayed"))
+    if result.mode == "compare":
+        for compared in result.compare:
+            if not compared.equal:
+                out.extend(_from_compare_result(compared.to_json()))
+    if result.missing is not None:
+        # Unconsumed turns after a divergence are its cascade: the verdict leaves them out.
+        for index in result.missing.turns:
             out.append(
-                _finding(
-                    "missing" if mode == "replay" else "drift",
-                    detail="missing",
-                    turn=index,
-                    message=f"recorded turn {index} was never requested",
-                )
+                _finding("missing", detail="missing", turn=index, message=f"recorded turn {index} was never requested")
             )
-    for step in steps:
+    for step in result.steps:
         if not step.passed:
             base = {"message": step.message, "location": step.location, "detail": step.source}
             # One finding per mismatch, as a divergence is one per differing field.
             out.extend(_finding("assertion", **base, **m.to_json()) for m in step.mismatches)
             if not step.mismatches:
                 out.append(_finding("assertion", **base))
-    if error and not out:
-        out.append(_finding("error", message=error))
+    if result.error and not out:
+        out.append(_finding("error", message=result.error))
     return out
 
 
@@ -152,14 +131,6 @@ def _from_divergence(
             )
         )
     return out
-
-
-def _from_drift(event: DriftEvent) -> list[Finding]:
-    """A drift event: the compare result's differing parts, or (a live request that matched
-    no recorded turn) its divergence."""
-    if event.result is None:
-        return _from_divergence("drift", event.divergence, event.text, "live")
-    return _from_compare_result(event.result, event.text)
 
 
 def _from_compare_result(data: Mapping[str, Any], text: str | None = None) -> list[Finding]:

@@ -1,0 +1,219 @@
+"""The text report: each flow as readable lines, a summary, and the one line that says what
+to do next. Rendering only: the verdict is `flowproof.verdict`'s, the heal diff `flowproof.heal`'s.
+
+Pure: a `FlowResult` in, text out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from flowproof.errors import (
+    EXIT_AGENT,
+    EXIT_ASSERTION,
+    EXIT_DIVERGENCE,
+    EXIT_DRIFT,
+    EXIT_OK,
+    EXIT_USAGE,
+)
+from flowproof.report.compare import report_lines
+from flowproof.verdict import FlowResult
+
+__all__ = [
+    "FAIL",
+    "PASS",
+    "guard_warnings",
+    "indent",
+    "next_step",
+    "render_flow",
+    "render_text",
+    "summary_table",
+    "tail",
+    "verdict_name",
+    "worst_exit",
+]
+
+PASS, FAIL = "✓", "✗"
+#: Agent output shown in a failing report (the tail: errors come last).
+_OUTPUT_LINES = 20
+
+_VERDICT = {
+    EXIT_OK: "passed",
+    EXIT_ASSERTION: "assertion failed",
+    EXIT_USAGE: "usage or spec error",
+    EXIT_DIVERGENCE: "replay divergence",
+    EXIT_DRIFT: "compare drift",
+    EXIT_AGENT: "agent failed",
+}
+
+
+def verdict_name(code: int) -> str:
+    """The verdict of an exit code in words (``replay divergence``)."""
+    if code >= 128:
+        return "interrupted"
+    return _VERDICT.get(code, "failed")
+
+
+def worst_exit(results: Sequence[FlowResult]) -> int:
+    """The exit code of a run of several flows: the worst (highest) one."""
+    return max((r.exit_code for r in results), default=EXIT_OK)
+
+
+def indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line if line else line for line in text.splitlines())
+
+
+def tail(text: str, lines: int = _OUTPUT_LINES) -> str:
+    """The last ``lines`` lines of ``text`` (agent output: errors come last)."""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def next_step(result: FlowResult) -> str:
+    """The one line that says what to do about ``result``."""
+    code, spec = result.exit_code, str(result.spec_path)
+    if code == EXIT_OK:
+        if result.mode == "record":
+            return f"Review the cassette diff and commit {result.cassette}."
+        return "Nothing to do."
+    if code == EXIT_DIVERGENCE:
+        return (
+            "If the change is intended, re-record with: "
+            f"{result.record_command} — then review the heal diff; otherwise fix the agent."
+        )
+    if code == EXIT_DRIFT:
+        return (
+            "The live run differs from the recording: inspect the first drift, then re-record with "
+            f"{result.record_command} if the new behaviour is right (compare never writes)."
+        )
+    if code == EXIT_ASSERTION:
+        if result.mode == "record":
+            kept = f" (the recording is in {result.rejected})" if result.rejected else ""
+            return f"Nothing was recorded{kept}: fix the agent or the spec, then record again."
+        return f"Fix the agent (or the spec at the ✗ lines), then run: flowproof-run {spec}"
+    if code == EXIT_AGENT:
+        if result.failure == "timeout":
+            return ("The agent ran out of time: if it is just slow, raise `agent.timeout` in the "
+                    "spec or pass --timeout; if it hangs, run with -v to see its output.")
+        if result.failure == "upstream":
+            return ("The upstream model failed, not the agent: check the upstream (--upstream, the "
+                    "provider's status, rate limits), then run again.")
+        if result.failure == "crash":
+            return "The agent crashed: fix it using its output above, then run again."
+        return "Fix the agent start-up (see the error and its output above), then run again."
+    if code >= 128:
+        return "flowproof-run was interrupted: nothing was recorded or checked; run it again."
+    return "Fix the problem above, then run again."
+
+
+def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
+    """One flow as readable text."""
+    mark = PASS if result.passed else FAIL
+    lines = [f"{mark} {result.name} [{result.mode}] — {verdict_name(result.exit_code)}"]
+    lines.append(f"  spec: {result.spec_path}")
+    if result.cassette is not None:
+        lines.append(f"  cassette: {result.cassette}")
+    if result.error:
+        lines.append(indent(result.error, "  "))
+    for text in result.divergence_texts():
+        lines.append("  replay divergence:")
+        lines.append(indent(text))
+    if result.compare:
+        lines.append(indent("\n".join(report_lines(result.compare)), "  "))
+    for text in result.drifts:
+        lines.append("  compare drift:")
+        lines.append(indent(text))
+    missing = result.missing_text()
+    if missing:
+        lines.append(indent(missing, "  "))
+    for text in result.errors:
+        if text != result.error:
+            lines.append(f"  proxy error: {text}")
+    for step in result.steps:
+        where = f" ({step.location})" if step.location and (verbose or not step.passed) else ""
+        lines.append(f"  {PASS if step.passed else FAIL} {step.source}{where}")
+        if not step.passed or verbose:
+            lines.append(indent(step.message))
+    if verbose or not result.passed:
+        if result.steps or result.turns:
+            calls = ", ".join(result.tool_calls) or "none"
+            lines.append(f"  trajectory: {result.turns} model call(s); tool calls: {calls}")
+            if result.reply is not None:
+                lines.append(f"  reply: {result.reply[:300]!r}")
+    for note in result.notes:
+        lines.append(f"  note: {note}")
+    for guard in result.guards:
+        lines.append(f"  guard evidence: {_guard_line(guard)}")
+    for warning in guard_warnings(result):
+        lines.append(f"  warning: {warning}")
+    if result.heal_diff is not None:
+        lines.append("  heal diff (old cassette -> new recording):")
+        lines.append(indent(result.heal_diff or "no change"))
+    if result.rejected is not None:
+        lines.append(f"  rejected recording kept for inspection: {result.rejected}")
+    show_output = (verbose or result.exit_code == EXIT_AGENT) and (result.agent_stdout or result.agent_stderr)
+    if show_output:
+        if result.agent_stdout.strip():
+            lines.append("  agent stdout (last lines):")
+            lines.append(indent(tail(result.agent_stdout)))
+        if result.agent_stderr.strip():
+            lines.append("  agent stderr (last lines):")
+            lines.append(indent(tail(result.agent_stderr)))
+    if verbose and result.startup_seconds is not None:
+        lines.append(f"  proxy ready in {result.startup_seconds:.2f}s; flow took {result.duration:.2f}s")
+    return "\n".join(lines)
+
+
+def summary_table(results: Sequence[FlowResult]) -> str:
+    """One row per flow, in run order: mark, verdict, mode, seconds, spec path, name."""
+    rows = [
+        (
+            f"{PASS if r.passed else FAIL} {verdict_name(r.exit_code)}",
+            r.mode,
+            f"{r.duration:.1f}s",
+            str(r.spec_path),
+            r.name,
+        )
+        for r in results
+    ]
+    header = ("  verdict", "mode", "time", "spec", "flow")
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
+
+    def line(row: tuple[str, ...]) -> str:
+        cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])]
+        return "  ".join([*cells, row[-1]]).rstrip()
+
+    return "\n".join([line(header), *(line(row) for row in rows)])
+
+
+def _guard_line(guard: dict[str, Any]) -> str:
+    offered = "yes" if guard.get("offered") else "no"
+    return (
+        f"{guard.get('assertion')}: offered {offered}, asked {guard.get('asked')}, "
+        f"called {guard.get('called')} ({guard.get('boundary')} boundary)"
+    )
+
+
+def guard_warnings(result: FlowResult) -> list[str]:
+    """The guard evidence warnings of a flow (a passing guard with no recorded attempt)."""
+    return [str(g["warning"]) for g in result.guards if g.get("warning")]
+
+
+def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
+    """Every flow, a summary (a table when there are several flows), and the line that says
+    what to do."""
+    blocks = [render_flow(r, verbose=verbose) for r in results]
+    if len(results) > 1:
+        blocks.append(summary_table(results))
+    passed = sum(1 for r in results if r.passed)
+    failed = [r for r in results if not r.passed]
+    summary = f"{passed} of {len(results)} flow(s) passed"
+    if not failed:
+        last = next_step(results[0]) if len(results) == 1 else (
+            "Nothing to do." if results and results[0].mode != "record"
+            else "Review the cassette diffs and commit them."
+        )
+    else:
+        worst = max(failed, key=lambda r: r.exit_code)
+        last = next_step(worst)
+    return "\n\n".join(blocks) + f"\n\n{summary}.\n{last}"

@@ -1,0 +1,76 @@
+"""Tests for flowproof.report.text: the readable report and the line that says what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flowproof.errors import EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_OK
+from flowproof.report.text import render_text, worst_exit
+from flowproof.run_record import MissingCalls
+from flowproof.verdict import StepResult
+
+from .helpers import compare_run, miss, result
+
+
+class TestText:
+    def test_passing_flow(self) -> None:
+        """A passing flow shows ✓ per step and ends with 'Nothing to do.'."""
+        text = render_text([result(steps=(StepResult(True, "ok", None, "assert: reply contains booked"),))])
+        assert "✓ Booking [replay]" in text and "✓ assert: reply contains booked" in text
+        assert text.endswith("Nothing to do.")
+
+    def test_failing_step_shows_message_and_location(self) -> None:
+        """A failed step shows ✗, its location and its message."""
+        step = StepResult(False, "the agent has not replied", "booking.flow.yaml:9:5", "assert: reply contains booked")
+        text = render_text([result(EXIT_ASSERTION, steps=(step,))])
+        assert "✗ assert: reply contains booked (booking.flow.yaml:9:5)" in text
+        assert "the agent has not replied" in text
+        assert text.splitlines()[-1].startswith("Fix the agent")
+
+    def test_divergence_says_how_to_rerecord(self) -> None:
+        """A divergence report includes its text and ends with the record command."""
+        text = render_text([result(EXIT_DIVERGENCE, divergences=(miss("book.flight.id", "KQ311", "KQ999"),))])
+        assert "- book.flight.id: recorded KQ311, replayed KQ999" in text
+        assert "re-record the cassette: flowproof-run booking.flow.yaml --record" in text
+        assert "flowproof-run booking.flow.yaml --record" in text.splitlines()[-1]
+
+    def test_the_record_command_is_the_one_the_result_carries(self) -> None:
+        """A flow run from elsewhere (pytest) is told that place's command, everywhere."""
+        flow = result(EXIT_DIVERGENCE, divergences=(miss("model", "a", "b"),), missing=MissingCalls((2,)),
+                      record_command="pytest t.py::x --flowproof-mode record")
+        text = render_text([flow])
+        assert text.count("pytest t.py::x --flowproof-mode record") == 3  # divergence, missing, next step
+        assert "flowproof-run" not in text
+
+    def test_several_flows_end_with_one_table(self) -> None:
+        """Several flows end with a table: a header and one aligned row per flow, in run order."""
+        text = render_text([
+            result(duration=1.25),
+            result(EXIT_ASSERTION, spec_path=Path("deep/refund.flow.yaml"), name="Refund guard"),
+        ])
+        table = text.split("\n\n")[-2].splitlines()
+        assert table[1].split() == ["✓", "passed", "replay", "1.2s", "booking.flow.yaml", "Booking"]
+        assert table[2].split()[:4] == ["✗", "assertion", "failed", "replay"] and table[2].endswith("Refund guard")
+        assert table[1].index("booking.flow.yaml") == table[2].index("deep/refund.flow.yaml")
+        assert "1 of 2 flow(s) passed" in text
+
+    def test_one_flow_has_no_table(self) -> None:
+        """A single flow's report is not followed by a one-row table."""
+        assert "verdict" not in render_text([result()])
+
+    def test_worst_exit(self) -> None:
+        """Several flows exit with the worst code."""
+        assert worst_exit([result(EXIT_OK), result(EXIT_DIVERGENCE), result(EXIT_ASSERTION)]) == EXIT_DIVERGENCE
+        assert worst_exit([]) == EXIT_OK
+
+    def test_compare_lists_every_result_and_details_the_first_drift_only(self) -> None:
+        """Every result has a row with text.status; the first drift is detailed, later ones counted."""
+        text = render_text([compare_run()])
+        assert "compare: 4 result(s), 1 equal, 3 drifted (2 changed, 0 extra, 1 missing)" in text
+        assert "turn 0 | thread 1 | depth 2 | equal true | finish reason stop | text exact" in text
+        assert "turn 3 | thread 0 | depth 6 | equal false (missing)" in text
+        assert "- tool_calls.0.arguments.flight: recorded KQ311, live KQ999" in text
+        assert "Done!" not in text  # the second drift is counted, not explained
+        assert "2 later drift(s)" in text
+        assert "replayed" not in text and "fewer model calls" not in text
+

@@ -1,0 +1,107 @@
+"""Tests for flowproof.runner.judge: the one judge's edge — the record read once, the result the
+reports read, and the staged recording kept or set aside as the verdict says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowproof.cassette import loads_cassette
+from flowproof.cassette_check import check_cassette
+from flowproof.errors import EXIT_AGENT, EXIT_OK, Interrupted
+from flowproof.events import parse_events
+from flowproof.runner.agents import AgentRun
+from flowproof.runner.flow import ADVICE
+from flowproof.runner.judge import judge_flow
+from flowproof.runner.recording import Staging, rejected_path
+from flowproof.spec import load_spec
+
+from .helpers import BOOKING_TURNS, cassette_text, chat_turn, divergence_event, turn_events, write_spec
+
+OK = AgentRun(0, "out", "err", False, 0.1)
+
+
+def judge(tmp_path: Path, events: list[dict[str, Any]], mode: str = "replay", **kw: Any):
+    spec = write_spec(tmp_path)
+    cassette = tmp_path / "booking.cassette.json"
+    existing = loads_cassette(cassette.read_text(), cassette) if cassette.exists() else None
+    options: dict[str, Any] = dict(
+        spec_path=spec, name="booking", mode=mode, cassette=cassette, record_command="record me",
+        advice=ADVICE, existing=existing, spec=load_spec(spec),
+        staging=Staging(cassette) if mode == "record" else None,
+    )
+    options.update(kw)
+    return judge_flow(parse_events(events), OK, **options)
+
+
+class TestResult:
+    def test_a_replay_is_judged_on_the_cassettes_turns_and_views(self, tmp_path: Path) -> None:
+        text = cassette_text(BOOKING_TURNS)
+        (tmp_path / "booking.cassette.json").write_text(text)
+        views = check_cassette(loads_cassette(text, "c.json"), "c.json")
+        result = judge(tmp_path, [*turn_events(BOOKING_TURNS), {"event": "done", "unconsumed": []}], views=views)
+        assert result.exit_code == EXIT_OK, result.error
+        assert [s.passed for s in result.steps] == [True, True, True]
+        assert (result.reply, result.tool_calls, result.turns) == (
+            "Your flight is booked: B-1042.", ("search_flights", "create_booking"), 3)
+        assert result.trajectory is not None and result.trajectory.turns[0] is views[0]
+        assert (result.agent_stdout, result.agent_stderr, result.agent_returncode) == ("out", "err", 0)
+        assert len(result.run.turns) == 3 and result.record_command == "record me"
+
+    def test_a_diverged_run_reports_no_trajectory_facts(self, tmp_path: Path) -> None:
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        events = [*turn_events(BOOKING_TURNS[:2]), divergence_event("2", "model", "a", "b"),
+                  {"event": "done", "unconsumed": [2]}]
+        result = judge(tmp_path, events)
+        assert (result.exit_code, result.steps, result.turns, result.reply, result.missing) == (3, (), 0, None, None)
+        assert result.trajectory is not None and len(result.trajectory.turns) == 2
+        assert result.divergence_texts()[0].endswith("re-record the cassette: record me")
+
+
+class TestRecording:
+    def test_a_passing_recording_becomes_the_cassette(self, tmp_path: Path) -> None:
+        staged = Staging(tmp_path / "booking.cassette.json")
+        staged.path.write_text(cassette_text(BOOKING_TURNS))
+        result = judge(tmp_path, [*turn_events(BOOKING_TURNS, "record"), {"event": "done"}], "record")
+        assert result.exit_code == EXIT_OK and result.heal_diff is None
+        assert (tmp_path / "booking.cassette.json").read_text() == cassette_text(BOOKING_TURNS)
+
+    def test_a_failing_recording_is_set_aside(self, tmp_path: Path) -> None:
+        turns = [BOOKING_TURNS[0], chat_turn(1, text="Sorry.")]
+        Staging(tmp_path / "booking.cassette.json").path.write_text(cassette_text(turns))
+        result = judge(tmp_path, [*turn_events(turns, "record"), {"event": "done"}], "record")
+        assert result.exit_code == 1 and result.rejected == rejected_path(tmp_path / "booking.cassette.json")
+        assert not (tmp_path / "booking.cassette.json").exists()
+
+    def test_allowed_error_turns_head_the_heal_diff(self, tmp_path: Path) -> None:
+        # A side call (a title) that failed upstream: the flow itself passes.
+        error = {**chat_turn(3, text="x", system="Title it."),
+                 "response": {"status": 500, "headers": {}, "body": {"error": {}}}}
+        turns = [*BOOKING_TURNS, error]
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        Staging(tmp_path / "booking.cassette.json").path.write_text(cassette_text(turns))
+        refused = judge(tmp_path, [*turn_events(turns, "record"), {"event": "done"}], "record")
+        assert (refused.exit_code, refused.failure) == (EXIT_AGENT, "upstream")
+        assert "--allow-error-turns" in (refused.error or "") and refused.rejected is not None
+        Staging(tmp_path / "booking.cassette.json").path.write_text(cassette_text(turns))
+        kept = judge(tmp_path, [*turn_events(turns, "record"), {"event": "done"}], "record", allow_error_turns=True)
+        assert kept.exit_code == EXIT_OK
+        assert (kept.heal_diff or "").startswith("turn 3 recorded an HTTP 500 from the upstream\n")
+
+    def test_a_recording_the_proxy_never_wrote_fails_with_what_happened(self, tmp_path: Path) -> None:
+        result = judge(tmp_path, [*turn_events(BOOKING_TURNS, "record"), {"event": "done"}], "record")
+        assert result.exit_code == EXIT_AGENT and "did not write the recording" in (result.error or "")
+        assert [s.passed for s in result.steps] == [True, True, True]  # the steps are still reported
+
+    def test_a_signal_before_the_keep_records_nothing(self, tmp_path: Path) -> None:
+        Staging(tmp_path / "booking.cassette.json").path.write_text(cassette_text(BOOKING_TURNS))
+
+        def interrupted() -> None:
+            raise Interrupted(2)
+
+        with pytest.raises(Interrupted):
+            judge(tmp_path, [*turn_events(BOOKING_TURNS, "record"), {"event": "done"}], "record",
+                  before_keep=interrupted)
+        assert not (tmp_path / "booking.cassette.json").exists()
