@@ -28,6 +28,7 @@ from typing import Any
 
 import flowproof
 from flowproof.errors import ProxyError
+from flowproof.events import ReadyEvent
 from flowproof.runner.eventtail import EventTail
 
 #: Bounded capture of mitmdump's stderr, for the error message when it dies.
@@ -159,21 +160,8 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 
 
 def _listen_entries(ready: dict[str, Any]) -> list[tuple[str, str, int]]:
-    """(mode, host, port) from a ``ready`` event, in either documented shape.
-
-    internals.md says ``[[host, port], …]``; the addon may also write
-    ``[{"mode", "host", "port"}, …]``. Lists carry no mode: they are in ``--mode`` order.
-    """
-    out: list[tuple[str, str, int]] = []
-    for entry in ready.get("listen") or []:
-        try:
-            if isinstance(entry, dict):
-                out.append((str(entry.get("mode", "")), str(entry["host"]), int(entry["port"])))
-            elif isinstance(entry, (list, tuple)) and len(entry) >= 2:
-                out.append(("", str(entry[0]), int(entry[1])))
-        except (KeyError, TypeError, ValueError):
-            continue
-    return out
+    """(mode, host, port) of every listener a ``ready`` event names (`ReadyEvent`)."""
+    return [(entry.mode, entry.host, entry.port) for entry in ReadyEvent.from_json(ready).listen]
 
 
 class ProxyEndpoints:
