@@ -2,10 +2,11 @@
 
 The runner polls the log every few tens of milliseconds while the agent runs (to
 see ``request_started``, ``turn`` and ``divergence`` as they happen). Re-reading and
-re-parsing the whole file at every poll costs O(calls²) over a run: every turn
-line carries the request body (tens of KB for a coding agent), so a 30-call run
-re-parsed about a megabyte twenty times a second, on the CPUs the agent and the
-proxy need. An `EventTail` reads only the bytes appended since the last poll.
+re-parsing the whole file at every poll costs O(calls²) over a run: a recorded or
+compared turn line carries the live turn (tens of KB for a coding agent), so a
+30-call run re-parsed about a megabyte twenty times a second, on the CPUs the
+agent and the proxy need. An `EventTail` reads only the bytes appended since the
+last poll.
 
 It returns exactly what `flowproof.runner.proxy.read_events` returns for the
 same file: every complete line that parses as a JSON object, in order; a
