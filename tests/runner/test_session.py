@@ -195,3 +195,24 @@ def test_trajectory_waits_for_a_call_in_flight_then_gives_what_it_has(
         assert [c.name for c in calls] == ["search_flights"]
     finally:
         session.close()
+
+
+def test_the_trajectory_holds_the_mcp_calls_as_a_flow_runs(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session is judged as a flow is: an MCP call crossing the boundary is in its trajectory,
+    placed after the model turn before it, open or closed."""
+    cassette = tmp_path / "c.json"
+    cassette.write_text(cassette_text(BOOKING_TURNS))
+    mcp_call = {"event": "mcp_call", "server": "crm", "name": "lookup_order", "arguments": "{}", "answered": True}
+    events = [*turn_events(BOOKING_TURNS[:2]), mcp_call, *turn_events(BOOKING_TURNS[2:])]
+    script(tmp_path, monkeypatch, events=events)
+    session = ProxySession(cassette, ca=ca_files).start()
+    try:
+        scripted_events_written(session, len(events))
+        open_calls = [c.name for c in session.trajectory().tool_calls]
+    finally:
+        result = session.close()
+    assert open_calls == ["search_flights", "create_booking", "lookup_order"]
+    assert [c.name for c in session.trajectory().tool_calls] == open_calls
+    assert result.passed and result.tool_calls == ("search_flights", "create_booking", "lookup_order (mcp)")
