@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from flowproof.errors import FlowFailure, FlowproofError
-from flowproof.options import Mode, host_settings
+from flowproof.options import Mode, Route, host_settings
 from flowproof.runner.collect import FLOW_SUFFIX
 from flowproof.runner.env import CAFiles, default_ca_dir, ensure_ca
 from flowproof.runner.flow import RunOptions, run_flow
@@ -168,7 +168,7 @@ class FlowproofProxy:
         self,
         cassette: Path | str,
         *,
-        route: str = "proxy",
+        route: Route | str = Route.PROXY,
         upstream: Sequence[str] = (),
         extra_hosts: Sequence[str] = (),
         allow_error_turns: bool = False,
