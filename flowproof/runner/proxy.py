@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -320,7 +320,6 @@ class ProxyProcess:
     startup_seconds: float
     _scratch: tempfile.TemporaryDirectory[str]
     _socket_dir: Path | None = None
-    sessions_opened: int = field(default=0)
 
     @classmethod
     def start(cls, kind: ProxyKind, timeout: float = 20.0) -> ProxyProcess:
@@ -436,7 +435,6 @@ class ProxyProcess:
         if not port:
             sock.close()
             raise ProxyError("the proxy's answer does not say which port the flow's proxy listens on")
-        self.sessions_opened += 1
         return FlowProxy(options, port, reverse, time.monotonic() - started, self, sock)
 
     def kill(self) -> None:
