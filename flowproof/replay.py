@@ -31,6 +31,7 @@ from typing import Any
 from flowproof.cassette import Cassette, RecordedTurn
 from flowproof.divergence import Divergence, explain_miss
 from flowproof.model import RequestView
+from flowproof.options import Route
 from flowproof.request_key import match_key
 from flowproof.views import request_view, turn_path_fields
 from flowproof.wire import with_path_fields
@@ -184,9 +185,9 @@ class Replayer:
         ]
 
 
-_ROUTE_WORDS = {
-    "proxy": "the proxy route (HTTPS_PROXY)",
-    "base_url": "the base-URL route (OPENAI_BASE_URL and friends)",
+_ROUTE_WORDS: dict[str, str] = {
+    Route.PROXY: "the proxy route (HTTPS_PROXY)",
+    Route.BASE_URL: "the base-URL route (OPENAI_BASE_URL and friends)",
 }
 
 

@@ -47,6 +47,7 @@ from flowproof.errors import (
 from flowproof.events import ErrorKind
 from flowproof.guard import guard_evidence
 from flowproof.model import ToolCall
+from flowproof.options import Mode
 from flowproof.run_record import EMPTY_RUN, Miss, MissingCalls, RunRecord
 from flowproof.spec.types import FlowSpec, ToolCallAssertion
 from flowproof.trajectory import MCP, Trajectory, boundary_of
@@ -174,19 +175,19 @@ def decide_exit(
     spec against the trajectory (called only when the ladder gets that far), ``handler``
     the compare handler in effect (it decides: only the results it rejected fail the run).
     """
-    compared = record.compare if mode == "compare" else ()
+    compared = record.compare if mode == Mode.COMPARE else ()
     # A plain unequal result is in `compared` already; a handler's rejection is a text of its own.
-    drifts = record.rejected_by_handler if mode == "compare" else ()
+    drifts = record.rejected_by_handler if mode == Mode.COMPARE else ()
     errors = tuple(e.text for e in record.errors)
     tls = tuple(f.text for f in record.tls_failures)
-    missing = record.missing if mode == "replay" else None
-    notes: list[str] = _abandoned_notes(record) if mode == "record" else []
+    missing = record.missing if mode == Mode.REPLAY else None
+    notes: list[str] = _abandoned_notes(record) if mode == Mode.RECORD else []
     base = Verdict(
         EXIT_OK, divergences=record.misses, drifts=drifts, missing=missing, errors=errors, compare=compared
     )
 
     def failed(code: int, error: str | None = None, *, reject: bool = True, **changes: Any) -> Verdict:
-        fate: RecordingFate = "reject" if reject and mode == "record" else "none"
+        fate: RecordingFate = "reject" if reject and mode == Mode.RECORD else "none"
         fields: dict[str, Any] = {"notes": tuple(notes), **changes}
         return replace(base, exit_code=code, recording=fate, error=error, **fields)
 
@@ -203,9 +204,9 @@ def decide_exit(
         return failed(EXIT_AGENT, errors[0], notes=(), failure="upstream" if upstream else None)
     if not record.done:
         notes.append("the proxy did not report a clean shutdown (no `done` event)")
-        if mode == "record":
+        if mode == Mode.RECORD:
             return failed(EXIT_AGENT, "the proxy did not finish writing the recording — nothing was saved")
-        if mode in ("replay", "compare"):
+        if mode in (Mode.REPLAY, Mode.COMPARE):
             # The recorded turns never requested are found at shutdown: without the `done`
             # event a run that skipped calls would pass unchecked.
             return failed(
@@ -223,8 +224,8 @@ def decide_exit(
     if drifts or (not handler and any(not r.equal for r in compared)):
         return replace(result, exit_code=EXIT_DRIFT)
     if not all(s.passed for s in checked):
-        return replace(result, exit_code=EXIT_ASSERTION, recording="reject" if mode == "record" else "none")
-    return replace(result, recording="keep" if mode == "record" else "none")
+        return replace(result, exit_code=EXIT_ASSERTION, recording="reject" if mode == Mode.RECORD else "none")
+    return replace(result, recording="keep" if mode == Mode.RECORD else "none")
 
 
 def judge(

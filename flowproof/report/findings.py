@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from flowproof.options import Mode
 from flowproof.verdict import FlowResult
 
 __all__ = ["FINDING_KINDS", "Finding", "findings"]
@@ -51,7 +52,7 @@ def findings(result: FlowResult) -> list[Finding]:
         text = miss.render(result.record_command)
         data = miss.divergence.to_json() if miss.divergence is not None else {}
         out.extend(_from_divergence("divergence", data, text, "replayed"))
-    if result.mode == "compare":
+    if result.mode == Mode.COMPARE:
         for compared in result.compare:
             if not compared.equal:
                 out.extend(_from_compare_result(compared.to_json()))

@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from flowproof.options import Mode
 from flowproof.report.compare import report_json
 from flowproof.report.findings import findings
 from flowproof.report.text import guard_warnings, next_step, tail, verdict_name, worst_exit
@@ -42,7 +43,7 @@ def result_json(result: FlowResult) -> dict[str, Any]:
         "findings": findings(result),
         "divergences": list(result.divergence_texts()),
         "drifts": list(result.drifts),
-        "compare": report_json(result.compare) if result.mode == "compare" else None,
+        "compare": report_json(result.compare) if result.mode == Mode.COMPARE else None,
         "missing": result.missing_text(),
         "proxy_errors": list(result.errors),
         "reply": result.reply,

@@ -17,6 +17,7 @@ from flowproof.errors import (
     EXIT_OK,
     EXIT_USAGE,
 )
+from flowproof.options import Mode
 from flowproof.report.compare import report_lines
 from flowproof.verdict import FlowResult
 
@@ -73,7 +74,7 @@ def next_step(result: FlowResult) -> str:
     """The one line that says what to do about ``result``."""
     code, spec = result.exit_code, str(result.spec_path)
     if code == EXIT_OK:
-        if result.mode == "record":
+        if result.mode == Mode.RECORD:
             return f"Review the cassette diff and commit {result.cassette}."
         return "Nothing to do."
     if code == EXIT_DIVERGENCE:
@@ -87,7 +88,7 @@ def next_step(result: FlowResult) -> str:
             f"{result.record_command} if the new behaviour is right (compare never writes)."
         )
     if code == EXIT_ASSERTION:
-        if result.mode == "record":
+        if result.mode == Mode.RECORD:
             kept = f" (the recording is in {result.rejected})" if result.rejected else ""
             return f"Nothing was recorded{kept}: fix the agent or the spec, then record again."
         return f"Fix the agent (or the spec at the ✗ lines), then run: flowproof-run {spec}"
@@ -210,7 +211,7 @@ def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
     summary = f"{passed} of {len(results)} flow(s) passed"
     if not failed:
         last = next_step(results[0]) if len(results) == 1 else (
-            "Nothing to do." if results and results[0].mode != "record"
+            "Nothing to do." if results and results[0].mode != Mode.RECORD
             else "Review the cassette diffs and commit them."
         )
     else:

@@ -40,6 +40,7 @@ from flowproof.events import (
 )
 from flowproof.log import TERMINAL, get_logger
 from flowproof.model import Turn
+from flowproof.options import Mode
 from flowproof.runner.agents import EventSource, answer_complete
 from flowproof.views import request_view, turn_path_fields
 from flowproof.wire import with_path_fields
@@ -57,7 +58,7 @@ __all__ = [
 CI_VALUES_OFF = frozenset({"", "0", "false", "no", "off"})
 
 #: What a replayed, recorded or compared call's outcome is called in its log line.
-_OUTCOMES = {"replay": "matched", "record": "recorded", "compare": "live"}
+_OUTCOMES: dict[str, str] = {Mode.REPLAY: "matched", Mode.RECORD: "recorded", Mode.COMPARE: "live"}
 #: How often the status line is redrawn (its elapsed time ticks).
 STATUS_INTERVAL = 0.2
 
@@ -108,7 +109,7 @@ def call_fields(event: Event, replayed: Sequence[Turn] = ()) -> tuple[str, dict[
         return "model_call", {
             "provider": served.request.provider if served is not None else None,
             "model": served.request.model if served is not None else None,
-            "outcome": "abandoned" if served is not None and served.abandoned else _OUTCOMES["replay"],
+            "outcome": "abandoned" if served is not None and served.abandoned else _OUTCOMES[Mode.REPLAY],
             "turn": served.index if served is not None else event.index,
             "ms": event.ms,
         }
