@@ -6,10 +6,12 @@ Two tools: ``list_rows`` reads (and is answered by this server), and
 runs it; if it ever did, it would leave proof behind: it writes a marker file
 (``--marker PATH``, default ``export-ran.marker`` in the working directory).
 
-    python example_specs/plan_mode_mcp_server.py [--port N] [--marker PATH]
+    python example_specs/plan_mode_mcp_server.py [--port N] [--marker PATH] [--token T]
 
 It prints its URL (``http://127.0.0.1:PORT/mcp``) on the first line of stdout
 once it accepts connections; ``--port 0`` (the default) picks a free port.
+``--token T`` makes it a server that authenticates by query string, as some
+hosted MCP servers do: a request without ``?token=T`` gets HTTP 401.
 """
 
 from __future__ import annotations
@@ -46,10 +48,27 @@ def build_server(marker: Path) -> MCPServer:
     return server
 
 
-async def serve(port: int, marker: Path) -> None:
+def require_token(app: Any, token: str) -> Any:
+    """The ASGI ``app`` behind a check of the ``token`` query parameter (401 without it)."""
+    from urllib.parse import parse_qs
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and parse_qs(scope.get("query_string", b"").decode()).get("token") != [token]:
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"error": "invalid_token"}'})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+async def serve(port: int, marker: Path, token: str | None = None) -> None:
     import uvicorn
 
     app = build_server(marker).streamable_http_app(host="127.0.0.1")
+    if token is not None:
+        app = require_token(app, token)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
@@ -65,9 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--marker", type=Path, default=Path("export-ran.marker"))
+    parser.add_argument("--token", default=None)
     args = parser.parse_args(argv)
     try:
-        asyncio.run(serve(args.port, args.marker.resolve()))
+        asyncio.run(serve(args.port, args.marker.resolve(), args.token))
     except KeyboardInterrupt:
         pass
     return 0

@@ -61,3 +61,17 @@ class TestErrorTurns:
 
     def test_a_clean_cassette_has_none(self) -> None:
         assert error_turns(load_cassette(BOOKING)) == ()
+        assert error_turns(load_cassette(BOOKING.with_name("plan_mode_guard.cassette.json"))) == ()
+
+    def test_an_mcp_server_that_refused_every_request_is_listed(self) -> None:
+        """Four 401s pinned in a cassette: the record that made them is refused like an error turn."""
+        d = doc()
+        d["mcp"] = [
+            {"index": i, "server": "exports",
+             "request": {"method": "POST", "path": "", "body_key": "k",
+                         "body": {"jsonrpc": "2.0", "id": i, "method": method}},
+             "response": {"status": 401, "content_type": "application/json", "body": {"error": "invalid_token"}}}
+            for i, method in enumerate(("server/discover", "tools/list", "tools/call", "tools/call"))
+        ]
+        [line] = error_turns(loads_cassette(json.dumps(d), "c.json"))
+        assert line.startswith("mcp server `exports` refused every request of the recording (4 of 4: HTTP 401)")

@@ -9,6 +9,7 @@ One module per concern, every public name importable from here:
 - `flowproof.mcp.decisions`: answer, forward or refuse one request (`decide`);
 - `flowproof.mcp.exchanges`: recorded HTTP exchanges, their key, strict replay;
 - `flowproof.mcp.calls`: the ``tools/call`` requests that crossed, for the trajectory;
+- `flowproof.mcp.refused`: a recording whose server refused every request;
 - `flowproof.mcp.routes`: which ``mcp:`` server a request is addressed to.
 
 Per HTTP request the decision is one of:

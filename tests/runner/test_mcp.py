@@ -49,6 +49,18 @@ def test_variable_url_gets_a_listener_and_the_agent_gets_the_endpoint(tmp_path: 
     assert proxy_args([listener], has_other_reverse=True)[:2] == ["--mode", "reverse:http://127.0.0.1:8123@40001"]
 
 
+def test_the_agent_keeps_the_query_and_credentials_the_proxy_never_sees_them(tmp_path: Path) -> None:
+    """A server that authenticates by `?token=` or `user:password@` still gets them from the agent;
+    the proxy's option (its argv, the cassette's source) holds neither."""
+    raw = spec_with(tmp_path, "${EXPORT_MCP_URL}")
+    real = "http://reader:pw-s3cret@127.0.0.1:8123/mcp?token=tok-s3cret&v=2"
+    [listener] = plan_listeners(raw, resolve_variables(raw, {"EXPORT_MCP_URL": real}), ports())
+    assert agent_variables([listener]) == {
+        "EXPORT_MCP_URL": "http://reader:pw-s3cret@127.0.0.1:40001/mcp?token=tok-s3cret&v=2"}
+    args = " ".join(proxy_args([listener], has_other_reverse=False))
+    assert "s3cret" not in args and "flowproof_mcp=exports=http://127.0.0.1:8123/mcp" in args
+
+
 def test_replay_needs_no_url(tmp_path: Path) -> None:
     raw = spec_with(tmp_path, "${EXPORT_MCP_URL}")
     assert replay_environ(raw, {}, "replay") == {"EXPORT_MCP_URL": REPLAY_PLACEHOLDER_URL}
