@@ -22,7 +22,7 @@ from typing import Any
 
 from flowproof.cassette import Cassette, RecordedTurn, turn_views
 from flowproof.errors import CassetteError, FlowproofError
-from flowproof.mcp.refused import exchange_outcomes, refused_servers
+from flowproof.mcp.refused import exchange_outcomes, refused_servers, session_outcomes
 
 __all__ = ["check_cassette", "error_turns"]
 
@@ -101,4 +101,4 @@ def error_turns(cassette: Cassette) -> tuple[str, ...]:
         for turn in cassette.turns
         if turn.response is not None and turn.response.status >= 400
     )
-    return turns + refused_servers(exchange_outcomes(cassette.mcp))
+    return turns + refused_servers([*exchange_outcomes(cassette.mcp), *session_outcomes(cassette.mcp_stdio)])

@@ -14,6 +14,8 @@ through the explicit proxy (a remote https server). Per mode:
 - compare: everything else goes live and is not recorded (compare judges model turns).
 
 Every ``tools/call`` that crosses is written to the event log as ``mcp_call``.
+Servers the agent runs over stdio reach the proxy through flowproof's stand-in,
+whose relay requests `StdioRelay` (``flowproof.addon.mcp_stdio``) answers.
 
 It is a child of the root addon placed before the mode's concern, so it sees
 each flow first; a flow it answered is skipped by the concern (``Shared.detect``),
@@ -31,6 +33,7 @@ from typing import Any
 
 from mitmproxy import http
 
+from flowproof.addon.mcp_stdio import StdioRelay
 from flowproof.addon.shared import Shared, log
 from flowproof.events import DivergenceEvent, ErrorEvent, McpCallEvent, McpRejectedEvent
 from flowproof.mcp import (
@@ -81,6 +84,7 @@ class McpBoundary:
             server.name: {t.name: t.result for t in server.tools if t.has_result}
             for server in (spec.mcp if spec is not None else ())
         }
+        self.stdio = StdioRelay(shared, self.answers)
         recorded = shared.replayer.cassette.mcp if shared.replayer is not None else ()
         self.replayer = McpReplayer(tuple(recorded)) if self.mode == "replay" else None
         self._pending: dict[str, _Pending] = {}
@@ -120,6 +124,8 @@ class McpBoundary:
 
     def handle_request(self, flow: http.HTTPFlow) -> bool:
         """Act on one request; True when it was MCP traffic."""
+        if self.stdio.handle(flow):
+            return True
         req = flow.request
         route = self._route(req)
         if route is None:
@@ -284,9 +290,9 @@ class McpBoundary:
     def done(self) -> None:
         # Runs before the concern's `done` event: a recorded exchange never asked for is a
         # divergence of the trajectory, like a missing model call.
-        text = self.unconsumed_text()
-        if text is not None:
-            self._write(DivergenceEvent("", text))
+        for text in (self.unconsumed_text(), self.stdio.unconsumed_text()):
+            if text is not None:
+                self._write(DivergenceEvent("", text))
 
     def unconsumed_text(self) -> str | None:
         """At replay: the recorded exchanges the agent never asked for, in words, or None."""

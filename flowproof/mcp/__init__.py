@@ -45,7 +45,7 @@ exchange answers one request only (consume once), like a model turn.
 
 from __future__ import annotations
 
-from flowproof.mcp.calls import McpCall, calls_from_events
+from flowproof.mcp.calls import McpCall, calls_from_events, mcp_tool_of
 from flowproof.mcp.decisions import (
     Answer,
     Decision,
@@ -104,6 +104,7 @@ __all__ = [
     "exchange_from_json",
     "exchange_key",
     "exchange_to_json",
+    "mcp_tool_of",
     "miss_response",
     "parse_body",
     "parse_route",

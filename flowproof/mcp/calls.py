@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["McpCall", "calls_from_events"]
+__all__ = ["McpCall", "calls_from_events", "mcp_tool_of"]
+
+_NOT_IN_TOOL_NAMES = re.compile(r"[^A-Za-z0-9_-]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +58,27 @@ def calls_from_events(events: Sequence[Mapping[str, Any]]) -> list[McpCall]:
                 )
             )
     return out
+
+
+def mcp_tool_of(name: str, servers: Collection[str], tools: Collection[str]) -> str | None:
+    """The MCP tool a model-side tool name stands for, or None when it is none of ``tools``.
+
+    Agents offer an MCP tool to the model under a name of their own: Claude Code and
+    codex as ``mcp__<server>__<tool>``, goose as ``<server>__<tool>`` (the server's
+    name with any character a tool name may not hold read as ``_``). flowproof names
+    the tool by its MCP name at both boundaries, so a guard on ``export`` counts the
+    model asking for ``mcp__exports__export`` as the attempt it is.
+
+    >>> mcp_tool_of("mcp__exports__export", ["exports"], ["export"])
+    'export'
+    >>> mcp_tool_of("mcp__other__export", ["exports"], ["export"]) is None
+    True
+    """
+    if name in tools:
+        return name
+    for server in servers:
+        prefix = _NOT_IN_TOOL_NAMES.sub("_", server) + "__"
+        for form in ("mcp__" + prefix, prefix):
+            if name.startswith(form) and name[len(form):] in tools:
+                return name[len(form):]
+    return None

@@ -20,6 +20,7 @@ __all__ = [
     "miss_response",
     "request_ids",
     "restore_ids",
+    "without_ids",
 ]
 
 #: What a server-minted ``Mcp-Session-Id`` becomes in a cassette: the client only echoes it.
@@ -48,7 +49,12 @@ class McpExchange:
     events: tuple[str, ...] | None = None
 
 
-def _without_ids(message: Any) -> Any:
+def without_ids(body: Any) -> Any:
+    """A JSON-RPC body (a message or a batch) minus what numbers a request rather than says what
+    it asks: each message's ``id`` and a request's ``params._meta.progressToken``."""
+    if isinstance(body, list):
+        return [without_ids(m) for m in body]
+    message = body
     if not isinstance(message, dict):
         return message
     out = {k: v for k, v in message.items() if k != "id"}
@@ -66,8 +72,7 @@ def exchange_key(http_method: str, path: str, request: Any) -> str:
     >>> a == exchange_key("POST", "/mcp?x=1", {"jsonrpc": "2.0", "id": 9, "method": "tools/list"})
     True
     """
-    body = [_without_ids(m) for m in request] if isinstance(request, list) else _without_ids(request)
-    doc = {"method": http_method.upper(), "path": path.split("?", 1)[0], "body": body}
+    doc = {"method": http_method.upper(), "path": path.split("?", 1)[0], "body": without_ids(request)}
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -8,7 +8,8 @@ agent sent any), so the runner refuses to keep it as it refuses model turns with
 HTTP error status (docs/mcp.md, "A server that refuses everything").
 
 The input is one `Outcome` per JSON-RPC request the agent sent, whatever the
-transport: `exchange_outcomes` reads them from recorded HTTP exchanges.
+transport: `exchange_outcomes` reads them from recorded HTTP exchanges,
+`session_outcomes` from recorded stdio sessions.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any
 
 from flowproof.mcp.exchanges import McpExchange
 from flowproof.mcp.jsonrpc import TOOLS_CALL
+from flowproof.mcp.stdio import CLIENT, StdioSession
 
-__all__ = ["Outcome", "exchange_outcomes", "outcome_of", "refused_servers"]
+__all__ = ["Outcome", "exchange_outcomes", "outcome_of", "refused_servers", "session_outcomes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,22 @@ def exchange_outcomes(exchanges: Iterable[McpExchange]) -> Iterator[Outcome]:
             outcome = outcome_of(exchange.server, request, responses, exchange.status)
             if outcome is not None:
                 yield outcome
+
+
+def session_outcomes(sessions: Iterable[StdioSession]) -> Iterator[Outcome]:
+    """One `Outcome` per JSON-RPC request the client sent in each recorded stdio session,
+    answered by the server lines after it."""
+    for session in sessions:
+        lines = session.messages
+        for position, item in enumerate(lines):
+            if item.sender != CLIENT:
+                continue
+            later = [m.message for m in lines[position + 1:] if m.sender != CLIENT and m.line is None]
+            answers = [m for doc in later for m in (doc if isinstance(doc, list) else [doc])]
+            for request in item.message if isinstance(item.message, list) else [item.message]:
+                outcome = outcome_of(session.server, request, answers)
+                if outcome is not None:
+                    yield outcome
 
 
 def _messages(exchange: McpExchange) -> list[Any]:

@@ -54,6 +54,7 @@ from flowproof.runner.mcp import (
     proxy_args,
     replay_environ,
 )
+from flowproof.runner.mcp_stdio import write_standins
 from flowproof.runner.progress import Progress
 from flowproof.runner.proxy import (
     ProxySettings,
@@ -270,7 +271,8 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 # No request reaches a real provider in replay, nor with a mapped upstream (a local
                 # model or gateway), so an SDK that insists on a key gets a placeholder there.
                 placeholders = mode == "replay" or bool(upstream)
-                agent_environ = {**environ, **agent_variables(listeners)}
+                standins = write_standins(spec, Path(scratch) / "mcp", proxy.url, mode)
+                agent_environ = {**environ, **agent_variables(listeners), **standins}
                 run = _drive(
                     proxy, spec.agent, prompts, agent_environ, ca, placeholders, model_hosts, timeout,
                     cancelled=cancel.is_set if cancel is not None else None,
@@ -406,7 +408,7 @@ def _verdict(
         turns = trajectory_turns(events)
         mcp_tools = {t.name for server in spec.mcp for t in server.tools}
         mcp_calls = calls_from_events([e.to_json() for e in events])
-        trajectory = build_trajectory(turns, mcp_calls, mcp_tools)
+        trajectory = build_trajectory(turns, mcp_calls, mcp_tools, {s.name for s in spec.mcp})
         checked.update(
             reply=trajectory.reply,
             tool_calls=tuple(_call_label(c) for c in trajectory.tool_calls),

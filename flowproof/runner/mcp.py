@@ -59,9 +59,12 @@ class McpListener:
 
 
 def url_variables(spec: FlowSpec) -> dict[str, str | None]:
-    """Server name -> the variable its url is (``${VAR}`` alone), or None. Reads an unresolved spec."""
+    """Server name -> the variable its url is (``${VAR}`` alone), or None. Reads an unresolved spec;
+    stdio entries (``command:``) have no url and are left out."""
     out: dict[str, str | None] = {}
     for server in spec.mcp:
+        if server.url is None:
+            continue
         match = _ONLY_VARIABLE.fullmatch(server.url)
         out[server.name] = match.group(1) if match else None
     return out
@@ -83,6 +86,8 @@ def plan_listeners(raw: FlowSpec, resolved: FlowSpec, free_port: object) -> list
     variables = url_variables(raw)
     out = []
     for server in resolved.mcp:
+        if server.url is None:
+            continue  # a stdio server: the agent reaches it through the stand-in (runner.mcp_stdio)
         try:
             route = parse_route(f"{server.name}={server.url}")
         except ValueError as e:
