@@ -54,7 +54,7 @@ from flowproof.runner.mcp import (
     proxy_args,
     replay_environ,
 )
-from flowproof.runner.mcp_stdio import write_standins
+from flowproof.runner.mcp_stdio import check_agent, write_standins
 from flowproof.runner.progress import Progress
 from flowproof.runner.proxy import (
     ProxySettings,
@@ -218,6 +218,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             "flowproof-run with the same --proxy-port N"
         )
 
+    check_agent(spec)
     if agent.command and agent.cwd is not None and not agent.cwd.is_dir():
         # Checked before the proxy starts: nothing to stop, and no recording is staged.
         raise AgentError(

@@ -92,7 +92,7 @@ class Relay:
         url = f"http://{self.host}{path}"
         for attempt in (0, 1):
             reused = self._conn is not None
-            conn = self._conn or http.client.HTTPConnection(*self.address, timeout=120)
+            conn = self._conn or http.client.HTTPConnection(*self.address, timeout=30)
             self._conn = conn
             try:
                 conn.request("POST", url, body=body, headers={"content-type": "application/octet-stream"})
@@ -304,6 +304,14 @@ def main(argv: list[str]) -> int:
     # Die with the agent, however it dies; if it already died, stop now.
     if _prctl_deathsig(signal.SIGTERM) and os.getppid() != parent:
         return 1
+    try:
+        # Out of the agent's process group: the runner kills that group once the agent has
+        # exited, which would cut the server's shutdown short (SIGKILL to the stand-in leaves
+        # what the server started running). While the agent runs, the runner still finds the
+        # stand-in as its descendant.
+        os.setsid()
+    except OSError:
+        pass  # already a session leader (the MCP SDK's client starts servers that way)
 
     try:
         with open(argv[1], encoding="utf-8") as fh:

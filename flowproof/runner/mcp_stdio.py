@@ -23,10 +23,11 @@ import shlex
 import sys
 from pathlib import Path
 
+from flowproof.errors import FlowproofError
 from flowproof.mcp.stdio import STANDIN_HOST, standin_variable
 from flowproof.spec.types import FlowSpec
 
-__all__ = ["CONFIG_VARIABLE", "STANDIN_SCRIPT", "write_standins"]
+__all__ = ["CONFIG_VARIABLE", "STANDIN_SCRIPT", "check_agent", "write_standins"]
 
 #: The variable naming the MCP config that lists every stand-in of the flow.
 CONFIG_VARIABLE = "FLOWPROOF_MCP_CONFIG"
@@ -38,6 +39,18 @@ def _private(path: Path, text: str, mode: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
+
+
+def check_agent(spec: FlowSpec) -> None:
+    """A stdio entry needs an agent flowproof starts: a ``url:`` agent was given its MCP config
+    before the run, so it cannot name this run's stand-in."""
+    server = next((s for s in spec.mcp if s.command is not None), None)
+    if server is not None and spec.agent.url:
+        raise FlowproofError(
+            f"{server.location}: mcp server `{server.name}` is a stdio server (`command:`), which "
+            "needs an agent flowproof starts (`agent.command`): a running `url:` agent cannot be "
+            "handed this run's stand-in — start the agent from the spec, or give the server a `url:`"
+        )
 
 
 def write_standins(spec: FlowSpec, folder: Path, proxy_url: str, mode: str) -> dict[str, str]:

@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from flowproof.errors import FlowproofError
 from flowproof.mcp.stdio import STANDIN_HOST
-from flowproof.runner.mcp_stdio import CONFIG_VARIABLE, STANDIN_SCRIPT, write_standins
+from flowproof.runner.mcp_stdio import CONFIG_VARIABLE, STANDIN_SCRIPT, check_agent, write_standins
 from flowproof.spec import load_spec, resolve_variables
 
 SPEC = """\
@@ -82,3 +85,11 @@ def test_the_launcher_runs_the_stand_in(tmp_path: Path) -> None:
                           stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 1
     assert b"flowproof mcp stand-in `notes`: the flowproof proxy at 127.0.0.1:9 is unreachable" in done.stderr
+
+
+def test_a_url_agent_cannot_be_handed_a_stand_in(tmp_path: Path) -> None:
+    path = tmp_path / "u.flow.yaml"
+    path.write_text(SPEC.replace("  command: a\n", "  url: http://127.0.0.1:8080/\n"), encoding="utf-8")
+    with pytest.raises(FlowproofError, match=r"u.flow.yaml:5:5: mcp server `notes` is a stdio server"):
+        check_agent(load_spec(path))
+    check_agent(spec(tmp_path))  # a command agent: fine
