@@ -48,6 +48,7 @@ from flowproof.mcp import (
     exchange_key,
     miss_response,
 )
+from flowproof.mcp.jsonrpc import methods_of
 from flowproof.wire.sse import SSEDecoder, SSEEvent
 
 __all__ = ["McpBoundary"]
@@ -303,10 +304,6 @@ class McpBoundary:
             return None
         lines = [f"{len(left)} recorded MCP exchange(s) were never requested (missing calls):"]
         for exchange in left:
-            body = exchange.request
-            methods = ", ".join(
-                str(m.get("method", "response")) for m in (body if isinstance(body, list) else [body])
-                if isinstance(m, dict)
-            )
+            methods = methods_of(exchange.request)
             lines.append(f"- mcp exchange {exchange.index} with `{exchange.server}`: {methods or exchange.method}")
         return "\n".join(lines)

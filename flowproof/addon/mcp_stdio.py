@@ -33,6 +33,7 @@ from mitmproxy import http
 from flowproof.addon.shared import Shared, log
 from flowproof.events import DivergenceEvent, ErrorEvent, McpCallEvent, McpRejectedEvent
 from flowproof.mcp import REPLAY_MISS, Answer, Reject, decide, error_response, request_ids
+from flowproof.mcp.jsonrpc import methods_of
 from flowproof.mcp.stdio import (
     CLIENT,
     SERVER,
@@ -197,7 +198,6 @@ class StdioRelay:
         lines = [f"{count} recorded stdio MCP message(s) were never sent (missing calls):"]
         for session, messages in left:
             for message in messages:
-                items = message if isinstance(message, list) else [message]
-                methods = ", ".join(str(m.get("method", "response")) for m in items if isinstance(m, dict))
-                lines.append(f"- stdio session {session.index} with `{session.server}`: {methods or 'message'}")
+                lines.append(f"- stdio session {session.index} with `{session.server}`: "
+                             f"{methods_of(message) or 'message'}")
         return "\n".join(lines)

@@ -22,6 +22,7 @@ __all__ = [
     "Problem",
     "dumps",
     "error_response",
+    "methods_of",
     "parse_body",
 ]
 
@@ -163,3 +164,14 @@ def error_response(ident: Any, code: int, message: str) -> dict[str, Any]:
 def dumps(doc: Any) -> bytes:
     """A JSON-RPC document as compact UTF-8 JSON: one line, since JSON escapes every line break."""
     return json.dumps(doc, ensure_ascii=False).encode()
+
+
+def methods_of(body: Any) -> str:
+    """The methods of a parsed body (a message or a batch), for reports: ``tools/list, ping``;
+    a response reads as ``response``.
+
+    >>> methods_of([{"method": "tools/list"}, {"id": 1, "result": {}}])
+    'tools/list, response'
+    """
+    items = body if isinstance(body, list) else [body]
+    return ", ".join(str(m.get("method", "response")) for m in items if isinstance(m, dict))

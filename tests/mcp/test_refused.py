@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 from flowproof.mcp import McpExchange, exchange_key
-from flowproof.mcp.refused import Outcome, exchange_outcomes, outcome_of, refused_servers
+from flowproof.mcp.refused import Outcome, exchange_outcomes, outcome_of, refused_servers, session_outcomes
+from flowproof.mcp.stdio import StdioMessage, StdioSession
 
 
 def exchange(index: int, request: Any, status: int, body: Any = None, events: tuple[str, ...] | None = None,
@@ -77,3 +78,19 @@ class TestRefusedServers:
         lines = refused_servers(exchange_outcomes([
             exchange(0, request(1), 200, ok, server="a"), exchange(1, request(1), 401, None, server="b")]))
         assert len(lines) == 1 and "`b`" in lines[0]
+
+
+class TestStdioSessions:
+    def test_each_request_is_judged_by_the_server_lines_after_it(self) -> None:
+        session = StdioSession(0, "notes", (
+            StdioMessage("client", message=request(1, "tools/list")),
+            StdioMessage("server", line="a log line"),
+            StdioMessage("server", message={"jsonrpc": "2.0", "id": 1, "result": {"tools": []}}),
+            StdioMessage("client", message=[request(2), request(3)]),
+            StdioMessage("server", message=[{"jsonrpc": "2.0", "id": 2, "error": {"code": -1, "message": "no"}},
+                                            {"jsonrpc": "2.0", "id": 3, "error": {"code": -1, "message": "no"}}]),
+            StdioMessage("client", message=request(4)),  # the agent left before its answer
+        ))
+        assert [(o.method, o.failure) for o in session_outcomes([session])] == [
+            ("tools/list", None), ("tools/call", "JSON-RPC error -1: no"), ("tools/call", "JSON-RPC error -1: no"),
+            ("tools/call", None)]

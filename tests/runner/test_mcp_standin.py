@@ -25,6 +25,7 @@ import pytest
 
 from flowproof.mcp.stdio import STANDIN_HOST
 from flowproof.runner.mcp_stdio import STANDIN_SCRIPT
+from tests.e2e.conftest import alive
 
 #: A stdio "server": answers each line with a response carrying its id; says hello on stderr and
 #: writes one line that is not JSON first (servers do print debug output to stdout by mistake).
@@ -131,14 +132,6 @@ def read_lines(stream: Any, count: int, timeout: float = 10.0) -> list[bytes]:
     reader.join(timeout)
     assert len(out) == count, out
     return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def wait_gone(*pids: int, timeout: float = 10.0) -> bool:
