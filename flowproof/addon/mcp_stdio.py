@@ -45,6 +45,7 @@ from flowproof.mcp.stdio import (
     read_line,
     render_line,
 )
+from flowproof.options import Mode
 
 __all__ = ["StdioRelay"]
 
@@ -63,12 +64,11 @@ class StdioRelay:
 
     def __init__(self, shared: Shared, answers: Mapping[str, Mapping[str, Any]]) -> None:
         self.shared = shared
-        self.mode = shared.config.mode.value
-        spec = shared.config.spec
-        self.servers = frozenset(s.name for s in (spec.mcp if spec is not None else ()) if s.command is not None)
+        self.mode = shared.config.mode
+        self.servers = frozenset(shared.config.options.mcp_stdio)
         self.answers = answers
         recorded = shared.replayer.cassette.mcp_stdio if shared.replayer is not None else ()
-        self.replayer = StdioReplayer(tuple(recorded)) if self.mode == "replay" else None
+        self.replayer = StdioReplayer(tuple(recorded)) if self.mode is Mode.REPLAY else None
         self._live: dict[int, _Live] = {}
         self._opened = 0
 
@@ -120,7 +120,7 @@ class StdioRelay:
         number, self._opened = self._opened, self._opened + 1
         live = _Live(str(server))
         lines: list[str] = []
-        if self.mode == "record":
+        if self.mode is Mode.RECORD:
             live.recording = StdioRecording(len(self.shared.mcp_stdio), live.server)
             self.shared.mcp_stdio.append(live.recording)
         elif self.replayer is not None:
@@ -152,7 +152,7 @@ class StdioRelay:
         message: Any = raw if decision.body.batch else raw[0]
         if live.recording is not None:
             live.recording.messages.append(StdioMessage(CLIENT, message=message))
-        if self.mode != "replay":
+        if self.mode is not Mode.REPLAY:
             return {"forward": True, "client": []}
         lines = live.replay.client(message) if live.replay is not None else None
         if lines is None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from flowproof.errors import FlowproofError
 from flowproof.mcp.stdio import STANDIN_HOST, standin_variable
+from flowproof.options import Mode
 from flowproof.spec.types import FlowSpec
 
 __all__ = ["CONFIG_VARIABLE", "STANDIN_SCRIPT", "check_agent", "write_standins"]
@@ -53,7 +54,7 @@ def check_agent(spec: FlowSpec) -> None:
         )
 
 
-def write_standins(spec: FlowSpec, folder: Path, proxy_url: str, mode: str) -> dict[str, str]:
+def write_standins(spec: FlowSpec, folder: Path, proxy_url: str, mode: Mode) -> dict[str, str]:
     """Write the stand-ins of ``spec``'s stdio entries (resolved) into ``folder``; return the
     variables the agent's environment gets (none when the spec has no stdio entry)."""
     servers = [s for s in spec.mcp if s.command is not None]
@@ -65,7 +66,7 @@ def write_standins(spec: FlowSpec, folder: Path, proxy_url: str, mode: str) -> d
     for number, server in enumerate(servers):
         assert server.command is not None
         session: dict[str, object] = {"server": server.name, "proxy": proxy_url, "relay_host": STANDIN_HOST}
-        if mode != "replay":
+        if mode is not Mode.REPLAY:
             session["command"] = shlex.split(server.command)
         session_file = folder / f"session-{number}.json"
         _private(session_file, json.dumps(session), 0o600)

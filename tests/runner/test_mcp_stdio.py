@@ -13,6 +13,7 @@ import pytest
 
 from flowproof.errors import FlowproofError
 from flowproof.mcp.stdio import STANDIN_HOST
+from flowproof.options import Mode
 from flowproof.runner.mcp_stdio import CONFIG_VARIABLE, STANDIN_SCRIPT, check_agent, write_standins
 from flowproof.spec import load_spec, resolve_variables
 
@@ -47,7 +48,7 @@ def mode_of(path: Path) -> int:
 
 def test_each_stdio_entry_gets_a_launcher_and_the_config_names_them_all(tmp_path: Path) -> None:
     folder = tmp_path / "mcp"
-    variables = write_standins(spec(tmp_path), folder, "http://127.0.0.1:4321", "record")
+    variables = write_standins(spec(tmp_path), folder, "http://127.0.0.1:4321", Mode.RECORD)
     assert set(variables) == {CONFIG_VARIABLE, "FLOWPROOF_MCP_NOTES"}  # the url entry gets none
     launcher = Path(variables["FLOWPROOF_MCP_NOTES"])
     config = json.loads(Path(variables[CONFIG_VARIABLE]).read_text(encoding="utf-8"))
@@ -65,7 +66,7 @@ def test_each_stdio_entry_gets_a_launcher_and_the_config_names_them_all(tmp_path
 
 
 def test_replay_starts_no_server(tmp_path: Path) -> None:
-    variables = write_standins(spec(tmp_path), tmp_path / "mcp", "http://127.0.0.1:4321", "replay")
+    variables = write_standins(spec(tmp_path), tmp_path / "mcp", "http://127.0.0.1:4321", Mode.REPLAY)
     words = shlex.split(Path(variables["FLOWPROOF_MCP_NOTES"]).read_text(encoding="utf-8").splitlines()[1])
     assert "command" not in json.loads(Path(words[4]).read_text(encoding="utf-8"))
 
@@ -73,14 +74,14 @@ def test_replay_starts_no_server(tmp_path: Path) -> None:
 def test_a_spec_without_stdio_entries_gets_nothing(tmp_path: Path) -> None:
     path = tmp_path / "g.flow.yaml"
     path.write_text("name: n\nagent:\n  command: a\nsteps:\n  - prompt: x\n", encoding="utf-8")
-    assert write_standins(load_spec(path), tmp_path / "mcp", "http://127.0.0.1:1", "record") == {}
+    assert write_standins(load_spec(path), tmp_path / "mcp", "http://127.0.0.1:1", Mode.RECORD) == {}
     assert not (tmp_path / "mcp").exists()
 
 
 def test_the_launcher_runs_the_stand_in(tmp_path: Path) -> None:
     """Executed as an MCP client executes a server command: no arguments, an empty environment.
     Here the proxy is down, which the stand-in says on stderr (the agent shows it)."""
-    variables = write_standins(spec(tmp_path), tmp_path / "mcp", "http://127.0.0.1:9", "replay")
+    variables = write_standins(spec(tmp_path), tmp_path / "mcp", "http://127.0.0.1:9", Mode.REPLAY)
     done = subprocess.run([variables["FLOWPROOF_MCP_NOTES"]], env={}, capture_output=True, timeout=30,
                           stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 1
