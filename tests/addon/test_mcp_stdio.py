@@ -11,10 +11,11 @@ from mitmproxy import http
 from mitmproxy.test import tflow
 
 from flowproof.addon.mcp import McpBoundary
-from flowproof.addon.options import AddonConfig, Mode
+from flowproof.addon.options import AddonConfig
 from flowproof.addon.shared import Shared
 from flowproof.cassette import Cassette
 from flowproof.mcp.stdio import CLIENT, SERVER, STANDIN_HOST, StdioMessage, StdioSession
+from flowproof.options import Mode, ProxyOptions, with_spec
 from flowproof.replay import Replayer
 from flowproof.spec import load_spec
 
@@ -57,7 +58,9 @@ class Relay:
         self.log = tmp_path / "events.jsonl"
         spec = tmp_path / "s.flow.yaml"
         spec.write_text(SPEC, encoding="utf-8")
-        config = AddonConfig(mode=Mode(mode), report=self.log, spec=load_spec(spec))
+        options = with_spec(ProxyOptions(mode=Mode(mode), report=self.log), load_spec(spec),
+                            cwd=str(tmp_path), home=None)
+        config = AddonConfig.build(options)
         replayer = Replayer(Cassette((), mcp_stdio=recorded)) if mode != "record" else None
         self.shared = Shared(config, replayer)
         self.mcp = McpBoundary(self.shared, [])
