@@ -200,10 +200,11 @@ class RunRecord:
         """True when every turn has a view (`views` will not raise)."""
         return all(t.problem is None for t in self.turns)
 
-    def trajectory(self, mcp_tools: Collection[str] = ()) -> Trajectory:
+    def trajectory(self, mcp_tools: Collection[str] = (), mcp_servers: Collection[str] = ()) -> Trajectory:
         """What the agent did (`flowproof.trajectory`): the turns with the MCP calls among them;
-        ``mcp_tools`` are the tools a spec declares under ``mcp:``. Raises like `views`."""
-        return build_trajectory(self.views(), self.mcp_calls, mcp_tools)
+        ``mcp_tools`` and ``mcp_servers`` are the tools and servers a spec declares under
+        ``mcp:``. Raises like `views`."""
+        return build_trajectory(self.views(), self.mcp_calls, mcp_tools, mcp_servers)
 
 
 #: The record of a run whose proxy reported nothing (a flow that never started).

@@ -239,19 +239,23 @@ def judge(
     handler: str | None = None,
     allow_error_turns: bool = False,
     test_failed: bool = False,
+    recording: Cassette | None = None,
 ) -> Verdict:
     """The whole verdict on one run: the trajectory (built once), the ladder with ``spec``'s
     steps and guard evidence (none without a spec), and the fate of a recording.
 
     ``test_failed``: the caller's own test failed (the fixture), so a recording is not kept.
-    Raises the `FlowproofError` of a turn no codec reads when the ladder reaches the steps.
+    ``recording``: the staged recording as the proxy wrote it, MCP exchanges included (an
+    MCP server that refused every request is an error turn too); without it, the record's
+    turns. Raises the `FlowproofError` of a turn no codec reads when the ladder reaches the steps.
     """
     mcp_tools = frozenset(t.name for server in spec.mcp for t in server.tools) if spec is not None else frozenset()
-    trajectory = record.trajectory(mcp_tools) if record.readable() else None
+    mcp_servers = frozenset(s.name for s in spec.mcp) if spec is not None else frozenset()
+    trajectory = record.trajectory(mcp_tools, mcp_servers) if record.readable() else None
     guards: list[dict[str, Any]] = []
 
     def steps() -> tuple[StepResult, ...]:
-        checked = trajectory if trajectory is not None else record.trajectory(mcp_tools)
+        checked = trajectory if trajectory is not None else record.trajectory(mcp_tools, mcp_servers)
         if spec is None:
             return ()
         guards.extend(g.to_json() for g in guard_evidence(spec, checked))
@@ -273,7 +277,7 @@ def judge(
         return verdict
     if test_failed:
         return replace(verdict, recording="reject")
-    errors = error_turns(Cassette(tuple(t.recorded for t in record.turns)))
+    errors = error_turns(recording if recording is not None else Cassette(tuple(t.recorded for t in record.turns)))
     if errors and not allow_error_turns:
         # An error turn is usually a flaky upstream, not the behaviour the flow means to pin.
         return replace(

@@ -51,6 +51,7 @@ from flowproof.runner.mcp import (
     replay_environ,
     reverse_listeners,
 )
+from flowproof.runner.mcp_stdio import check_agent, write_standins
 from flowproof.runner.progress import Progress
 from flowproof.runner.proxy import FlowProxy, ProxyPool, free_port, scratch_prefix, start_proxy
 from flowproof.runner.recording import Staging
@@ -165,6 +166,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             "flowproof-run with the same --proxy-port N"
         )
 
+    check_agent(spec)
     if agent.command and agent.cwd is not None and not agent.cwd.is_dir():
         # Checked before the proxy starts: nothing to stop, and no recording is staged.
         raise AgentError(
@@ -219,7 +221,8 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 # No request reaches a real provider in replay, nor with a mapped upstream (a local
                 # model or gateway), so an SDK that insists on a key gets a placeholder there.
                 placeholders = proxy_options.dials_lazily
-                agent_environ = {**environ, **agent_variables(listeners)}
+                standins = write_standins(spec, Path(scratch) / "mcp", proxy.url, mode)
+                agent_environ = {**environ, **agent_variables(listeners), **standins}
                 run = _drive(
                     proxy, spec.agent, prompts, agent_environ, ca, placeholders,
                     proxy_options.model_hosts, timeout,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from flowproof.cassette import Cassette
+from flowproof.cassette import Cassette, load_cassette
 from flowproof.errors import FlowproofError
 from flowproof.events import Event
 from flowproof.model import Turn
@@ -52,9 +52,11 @@ def judge_flow(
     or rejected as the verdict says (``before_keep`` runs just before a keep: a signal that
     arrived during the assertions raises there, and nothing is recorded)."""
     record = read_run(events, existing, views=views)
+    # The recording as the proxy wrote it: its MCP exchanges are in no event.
+    recording = load_cassette(staging.path) if staging is not None and staging.path.exists() else None
     verdict = judge(
         record, agent, mode, advice=advice, spec=spec, timeout=timeout, handler=handler,
-        allow_error_turns=allow_error_turns, test_failed=test_failed,
+        allow_error_turns=allow_error_turns, test_failed=test_failed, recording=recording,
     )
     trajectory = verdict.trajectory
     # What the agent did is reported once the ladder reached the steps (a diverged run's
