@@ -17,21 +17,21 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from yaml.nodes import Node, ScalarNode, SequenceNode
+from yaml.nodes import Node, ScalarNode
 
 from flowproof.errors import SpecError, SpecProblem
 from flowproof.normalize import PRESETS
-from flowproof.spec.clauses import compile_pattern, parse_reply_line, parse_tool_line, suggest
-from flowproof.spec.nodes import NULL, NodeWalker, kind_of
+from flowproof.spec.clauses import compile_pattern, suggest
+from flowproof.spec.nodes import NULL
 from flowproof.spec.paths import split_path
+from flowproof.spec.steps import STEP_KEYS, StepWalker, check_context
 from flowproof.spec.types import (
     AgentSpec,
     FlowSpec,
     McpServer,
+    Price,
     PromptStep,
-    ReplyAssertion,
     Step,
-    ToolCallAssertion,
     ToolMock,
     VolatileRule,
 )
@@ -61,12 +61,13 @@ __all__ = [
 DEFAULT_TIMEOUT = 120.0
 
 _TOP_KEYS = ("name", "app", "agent", "tools", "mcp", "strict", "cassette", "volatile",
-             "on_compare", "steps", "allow_error_turns")
+             "on_compare", "steps", "allow_error_turns", "pricing", "strict_mocks")
 _AGENT_KEYS = ("command", "url", "env", "timeout", "cwd", "route")
 _TOOL_KEYS = ("name", "result")
 _MCP_KEYS = ("name", "url", "tools")
 _RULE_KEYS = ("name", "path", "pattern")
-_STEP_KEYS = ("prompt", "assert_tool_call", "assert_no_tool_call", "assert")
+_STEP_KEYS = STEP_KEYS
+_PRICE_KEYS = ("input", "output", "cache_read", "cache_write")
 _ROUTES = ("proxy", "base_url")
 
 _RULE_NAME = re.compile(r"[a-z0-9_-]+")
@@ -82,6 +83,8 @@ _TOOL_ROOTS = _VOCABULARY.tool_roots
 _MODEL_ROOTS = _VOCABULARY.model_roots
 _CONTENT_KEYS = _VOCABULARY.content_keys
 _REFUSAL_REASON = "it would hide exactly the edit replay exists to catch"
+_PRICING_HINT = ("add `pricing:` with USD per million tokens for each model the agent calls, "
+                 "e.g. `pricing: {gpt-4o-mini: {input: 0.15, output: 0.60}}`")
 
 
 def volatile_refusal(segments: tuple[str, ...], has_pattern: bool) -> str | None:
@@ -121,14 +124,13 @@ def _preset_names() -> tuple[str, ...]:
     return tuple(sorted(PRESETS))
 
 
-class _Walker(NodeWalker):
+class _Walker(StepWalker):
     """Turns the composed node tree into a FlowSpec, collecting problems as it goes."""
 
     def __init__(self, display: str, spec_path: Path) -> None:
         super().__init__(display)
         self.spec_path = spec_path
         self.spec_dir = spec_path.parent
-        self.saw_prompt = False
 
     # -- sections ----------------------------------------------------------------
 
@@ -169,6 +171,10 @@ class _Walker(NodeWalker):
         if "allow_error_turns" in entries:
             allow_error_turns = bool(self.boolean(entries["allow_error_turns"][1],
                                                   "`allow_error_turns`"))
+        strict_mocks = False
+        if "strict_mocks" in entries:
+            strict_mocks = bool(self.boolean(entries["strict_mocks"][1], "`strict_mocks`"))
+        pricing = self.pricing(entries["pricing"][1]) if "pricing" in entries else ()
 
         cassette = default_cassette_path(self.spec_path)
         if "cassette" in entries:
@@ -199,6 +205,9 @@ class _Walker(NodeWalker):
         if "steps" in entries:
             declared = {t.name for t in tools} | {t.name for s in mcp for t in s.tools}
             steps = self.steps(entries["steps"][0], entries["steps"][1], declared)
+            check_context(self, steps, route=agent.route if agent is not None else None,
+                          priced=bool(pricing), prompts=sum(isinstance(s, PromptStep) for s in steps),
+                          pricing_hint=_PRICING_HINT)
         else:
             self.problem(root, "the spec has no `steps`",
                          "add `steps:` with a `- prompt: …` and the assertions to check")
@@ -220,6 +229,8 @@ class _Walker(NodeWalker):
             on_compare=on_compare,
             location=self.loc(root),
             allow_error_turns=allow_error_turns,
+            pricing=pricing,
+            strict_mocks=strict_mocks,
         )
 
     def agent(self, key: Node, node: Node) -> AgentSpec | None:
@@ -479,74 +490,29 @@ class _Walker(NodeWalker):
         return VolatileRule(name=name, path=path, segments=segments, pattern=pattern,
                             location=self.loc(item))
 
-    def steps(self, key: Node, node: Node, declared: set[str]) -> tuple[Step, ...]:
-        items = self.sequence(node, "`steps`")
-        if items is None:
-            return ()
-        if not items:
-            self.problem(node if isinstance(node, SequenceNode) else key,
-                         "`steps` is empty", "add a `- prompt: …` step and its assertions")
-            return ()
-        steps: list[Step] = []
-        failed = False
-        for item in items:
-            step = self.step(item, declared)
-            if step is not None:
-                steps.append(step)
-            failed = failed or step is None
-        # A step that failed to parse may have been meant as the prompt: say only that.
-        if not self.saw_prompt and not failed:
-            self.problem(key, "the flow has no `prompt` step",
-                         "add `- prompt: <what the user says to the agent>`")
-        return tuple(steps)
-
-    def step(self, item: Node, declared: set[str]) -> Step | None:
-        if isinstance(item, ScalarNode):
-            self.problem(item, f"a step must be `<kind>: <text>`, found {kind_of(item)}",
-                         "e.g. `- prompt: …` or `- assert_tool_call: <tool>`")
-            return None
-        entries = self.mapping(item, "a step")
-        if entries is None:
-            return None
-        if not entries:
-            self.problem(item, "a step is empty", "e.g. `- prompt: …`")
-            return None
-        (kind, (key, value)), *others = entries.items()
-        for other, (other_key, _) in others:
-            self.problem(other_key, f"a step has one key, found `{kind}` and `{other}`",
-                         "start each step on its own `- ` line")
-        if kind not in _STEP_KEYS:
-            self.problem(key, f"unknown step `{kind}`", suggest(kind, _STEP_KEYS))
-            return None
-        if kind == "prompt":
-            self.saw_prompt = True
-            text = self.template(value, "`prompt`")
-            return None if text is None else PromptStep(text=text, location=self.loc(key))
-        line = self.text(value, f"`{kind}`")
-        if line is None:
-            return None
-        assert isinstance(value, ScalarNode)
-        origin, exact = self.text_origin(value)
-        if kind == "assert":
-            try:
-                reply = parse_reply_line(line, origin, offsets=exact)
-            except SpecError as e:
-                self.absorb(e)
-                return None
-            return ReplyAssertion(text=reply, source=line, location=self.loc(key))
-        try:
-            tool, clauses = parse_tool_line(line, origin, keyword=kind, offsets=exact)
-        except SpecError as e:
-            self.absorb(e)
-            return None
-        if declared and tool not in declared:
-            self.problem(value, f"`{tool}` is not a declared tool",
-                         suggest(tool, sorted(declared)) + " (declare it under `tools:` or "
-                         "`mcp:`; an entry without `result:` only declares it)",
-                         origin.col - self.loc(value).col)
-            return None
-        return ToolCallAssertion(tool=tool, clauses=clauses, negated=kind == "assert_no_tool_call",
-                                 source=line, location=self.loc(key))
+    def pricing(self, node: Node) -> tuple[Price, ...]:
+        """``pricing:``: model name -> ``{input, output, cache_read?, cache_write?}`` USD per million."""
+        entries = self.mapping(node, "`pricing`")
+        prices: list[Price] = []
+        for model, (key, value) in (entries or {}).items():
+            fields = self.mapping(value, f"the price of `{model}`")
+            if fields is None:
+                continue
+            self.check_keys(fields, _PRICE_KEYS, f"the price of `{model}`")
+            amounts: dict[str, float | None] = {}
+            for field in _PRICE_KEYS:
+                if field in fields:
+                    amounts[field] = self.amount(fields[field][1], f"`pricing.{model}.{field}`")
+                elif field in ("input", "output"):
+                    self.problem(key, f"the price of `{model}` has no `{field}`",
+                                 f"add `{field}: <USD per million tokens>`")
+            if amounts.get("input") is None or amounts.get("output") is None:
+                continue
+            prices.append(Price(model=model, input=amounts["input"] or 0.0,
+                                output=amounts["output"] or 0.0,
+                                cache_read=amounts.get("cache_read"),
+                                cache_write=amounts.get("cache_write"), location=self.loc(key)))
+        return tuple(prices)
 
 
 def parse_spec(text: str, path: Path | str) -> FlowSpec:

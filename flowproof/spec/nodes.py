@@ -163,6 +163,18 @@ class NodeWalker:
         self.problem(node, f"{what} must be a positive number of seconds, found {kind_of(node)}")
         return None
 
+    def amount(self, node: Node, what: str) -> float | None:
+        """A number that may be zero (a price), never negative."""
+        if isinstance(node, ScalarNode) and node.tag in (INT, FLOAT):
+            try:
+                value = float(self._constructor.construct_yaml_float(node))
+            except (ValueError, OverflowError):
+                value = math.nan
+            if math.isfinite(value) and value >= 0:
+                return value
+        self.problem(node, f"{what} must be a number of at least 0, found {kind_of(node)}")
+        return None
+
     def data(self, node: Node, stack: tuple[int, ...] = ()) -> Any:
         """A ``result:`` value as plain JSON-like data (None after reporting a problem)."""
         if id(node) in stack:

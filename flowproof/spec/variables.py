@@ -6,8 +6,10 @@ escape for a literal ``${``. A reference is ``${NAME}`` with NAME matching
 ``[A-Za-z_][A-Za-z0-9_]*``; any other ``${`` is a spec error.
 
 Resolved places: prompts, ``where`` clause values (``matches`` patterns are
-recompiled), reply texts, the agent's command, url, env values and cwd, MCP
-urls, and every string leaf of a tool ``result:``.
+recompiled, also in ``assert_parallel_tool_calls`` and inside ``in:``), reply
+texts, ``assert_no_secret_leak`` values (which must then be at least
+`MIN_SECRET_LENGTH` characters), the agent's command, url, env values and cwd,
+MCP urls, and every string leaf of a tool ``result:``.
 """
 
 from __future__ import annotations
@@ -26,14 +28,18 @@ from flowproof.spec.types import (
     Location,
     Matcher,
     McpServer,
+    ParallelCallsAssertion,
     PromptStep,
     ReplyAssertion,
+    ScopeStep,
+    SecretLeakAssertion,
     Step,
     ToolCallAssertion,
     ToolMock,
 )
 
 __all__ = [
+    "MIN_SECRET_LENGTH",
     "VariableSyntaxError",
     "check_variables",
     "find_variables",
@@ -41,6 +47,9 @@ __all__ = [
     "resolve_variables",
     "unresolved_problems",
 ]
+
+#: A secret shorter than this would be found in ordinary text ("1", "true"): refused.
+MIN_SECRET_LENGTH = 8
 
 # Alternation order matters: the escape must win over a reference at the same spot.
 _TOKEN = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
@@ -172,7 +181,27 @@ class _Resolver:
             return replace(step, text=self.text(step.text, step.location))
         if isinstance(step, ToolCallAssertion):
             return replace(step, clauses=tuple(self.clause(c) for c in step.clauses))
+        if isinstance(step, ParallelCallsAssertion):
+            calls = tuple(replace(c, clauses=tuple(self.clause(k) for k in c.clauses)) for c in step.calls)
+            return replace(step, calls=calls)
+        if isinstance(step, ScopeStep):
+            return replace(step, steps=tuple(self.step(s) for s in step.steps))
+        if isinstance(step, SecretLeakAssertion):
+            return self.secret(step)
         return step
+
+    def secret(self, step: SecretLeakAssertion) -> SecretLeakAssertion:
+        before = len(self.problems)
+        value = self.text(step.value, step.location)
+        if self.environ is not None and len(self.problems) == before and len(value) < MIN_SECRET_LENGTH:
+            loc = step.location
+            # The length only: the value itself is never shown.
+            self.problems.append(SpecProblem(
+                loc.path, loc.line, loc.col,
+                f"{step.label} is {len(value)} characters long; a secret shorter than "
+                f"{MIN_SECRET_LENGTH} would be found in ordinary text",
+                "check the variable's value: assert_no_secret_leak takes the secret itself"))
+        return replace(step, value=value)
 
     def spec(self, spec: FlowSpec) -> FlowSpec:
         agent = spec.agent
