@@ -517,14 +517,16 @@ def turn_views(turn: RecordedTurn) -> Turn:
         json.dumps(turn.request.body, **_COMPACT).encode("utf-8", "surrogatepass")
     )
     request = with_path_fields(request, codec.path_fields(url_path(turn.request.url)))
+    body = turn.request.body
     if not turn.abandoned:
-        return Turn(index=turn.index, request=request, response=_response_view(codec, turn.response))
+        return Turn(index=turn.index, request=request, response=_response_view(codec, turn.response),
+                    body=body)
     try:
         # What arrived of an abandoned call is shown when it reads; it is never judged.
         response = _response_view(codec, turn.response)
     except WireError:
         response = None
-    return Turn(index=turn.index, request=request, response=response, abandoned=True)
+    return Turn(index=turn.index, request=request, response=response, abandoned=True, body=body)
 
 
 def url_path(url: str) -> str:

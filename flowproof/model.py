@@ -149,3 +149,6 @@ class Turn:
     request: RequestView
     response: ResponseView | None
     abandoned: bool = False
+    #: The request body as recorded (parsed JSON, volatile spans as placeholders), for the rules
+    #: that read more than the view: conversations and the cache prefix. None when not given.
+    body: Any = field(default=None, compare=False, repr=False)

@@ -12,7 +12,9 @@ to know a provider reads it from here, never from a list of its own:
 - the reverse listeners of the base-URL route (``base_url_host``);
 - the volatile-rule refusal list of the spec loader (``system_roots``,
   ``message_roots``, ``tool_roots``, ``model_roots``, ``content_keys``);
-- the cassette header allow-list (``allowed_headers``).
+- the cassette header allow-list (``allowed_headers``);
+- the prompt-cache order the cache-prefix rule compares requests in
+  (``cache_order``, ``cache_ignored_keys``; `flowproof.wire.prefix`).
 
 Pure data: no I/O, no imports beyond the standard library. The fake model
 server in ``flowproof.testing`` deliberately keeps its own copy of these facts,
@@ -95,6 +97,12 @@ class Provider:
     #: Header names (lowercase) a cassette may keep, request or response. An allow-list:
     #: a header nobody thought of cannot leak.
     allowed_headers: tuple[str, ...]
+    #: The body roots the provider's prompt cache reads, in its order: a request reuses the
+    #: cache only while it starts with the previous request's bytes in this order.
+    cache_order: tuple[str, ...]
+    #: Keys inside those roots that are not part of the cached prefix (Anthropic's
+    #: ``cache_control`` markers: Claude Code moves them to the newest message every turn).
+    cache_ignored_keys: tuple[str, ...] = ()
 
 
 # The OpenAI family: Chat Completions and Responses share hosts, base URL and keys.
@@ -135,6 +143,9 @@ PROVIDERS: tuple[Provider, ...] = (
             "function_call", "arguments",
         ),
         allowed_headers=_OPENAI_HEADERS,
+        # OpenAI caches the longest prefix of the prompt: tools, then the messages (the system
+        # and developer messages are the first of them).
+        cache_order=("tools", "messages"),
     ),
     Provider(
         name="openai-responses",
@@ -155,6 +166,7 @@ PROVIDERS: tuple[Provider, ...] = (
             "content", "text", "role", "name", "type", "arguments", "output", "summary",
         ),
         allowed_headers=_OPENAI_HEADERS,
+        cache_order=("tools", "instructions", "input"),
     ),
     Provider(
         name="anthropic",
@@ -177,6 +189,9 @@ PROVIDERS: tuple[Provider, ...] = (
             "result",
         ),
         allowed_headers=("content-type", "anthropic-version", "anthropic-beta"),
+        # Anthropic's prompt caching documents the prefix order: tools, system, then messages.
+        cache_order=("tools", "system", "messages"),
+        cache_ignored_keys=("cache_control",),
     ),
     Provider(
         name="gemini",
@@ -203,6 +218,9 @@ PROVIDERS: tuple[Provider, ...] = (
             "functionResponse", "function_call", "function_response", "data",
         ),
         allowed_headers=("content-type", "x-goog-api-version"),
+        # Gemini documents only that a cached context is the prompt's beginning; flowproof reads
+        # its parts in the order the other providers cache them.
+        cache_order=("tools", "systemInstruction", "system_instruction", "contents"),
     ),
 )
 
