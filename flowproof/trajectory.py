@@ -19,6 +19,12 @@ MCP, the ``tools/call`` is the call: the model's request for it is only an
 attempt (``attempts``), since the agent's own code may still refuse it. The MCP
 calls are placed after the model turn that preceded them.
 
+Threads are agents (docs/subagents.md): besides the reply rule's threads, a
+trajectory knows its conversations (which request continues which,
+`flowproof.conversations`) and its agent tree (`flowproof.subagents`): the
+sub-agents its spawn calls started, each with its own thread. The reply rule
+is unchanged by them.
+
 Pure: no I/O, no provider branching; it reads only `flowproof.model` values.
 """
 
@@ -27,8 +33,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from flowproof.conversations import Conversations, group_conversations
 from flowproof.mcp import McpCall
 from flowproof.model import FinishReason, RequestView, ToolCall, Turn
+from flowproof.subagents import AgentTree, build_agents
 
 __all__ = [
     "MCP",
@@ -104,6 +112,13 @@ class Trajectory:
     requested: tuple[ToolCall, ...] = ()
     attempts: tuple[ToolCall, ...] = ()
     mcp_tools: frozenset[str] = frozenset()
+    #: Which request continues which (the cache-prefix rule and sub-agent threads read it).
+    conversations: Conversations = Conversations((), {}, {})
+    #: The sub-agents and the agent each turn belongs to.
+    agents: AgentTree = AgentTree((), {})
+    #: For each of ``tool_calls``, the turn it belongs to: the model turn that asked for it, or
+    #: for an MCP call the model turn that preceded it (None: before any model call).
+    call_turns: tuple[int | None, ...] = ()
 
     @property
     def reply_absent(self) -> bool:
@@ -132,14 +147,23 @@ def build_trajectory(
     over_mcp = frozenset(mcp_tools) | {c.name for c in mcp_calls}
     requested: list[ToolCall] = []
     tool_calls: list[ToolCall] = []
+    call_turns: list[int | None] = []
     pending = sorted(mcp_calls, key=lambda c: c.after_turns)  # stable: crossing order kept
+
+    def place(calls: list[McpCall], before: int | None) -> None:
+        tool_calls.extend(_boundary_call(c) for c in calls)
+        call_turns.extend(before for _ in calls)
+
     for done, turn in enumerate(ordered):
-        tool_calls.extend(_boundary_call(c) for c in pending if c.after_turns == done)
+        place([c for c in pending if c.after_turns == done], ordered[done - 1].index if done else None)
         if turn.response is not None:
             requested.extend(turn.response.tool_calls)
-            tool_calls.extend(c for c in turn.response.tool_calls if c.name not in over_mcp)
-    tool_calls.extend(_boundary_call(c) for c in pending if c.after_turns >= len(ordered))
+            own = [c for c in turn.response.tool_calls if c.name not in over_mcp]
+            tool_calls.extend(own)
+            call_turns.extend(turn.index for _ in own)
+    place([c for c in pending if c.after_turns >= len(ordered)], ordered[-1].index if ordered else None)
     reply, reason = _reply_of(main)
+    conversations = group_conversations(ordered)
     return Trajectory(
         turns=ordered,
         threads=threads,
@@ -151,6 +175,9 @@ def build_trajectory(
         requested=tuple(requested),
         attempts=tuple(c for c in requested if c.name in over_mcp),
         mcp_tools=over_mcp,
+        conversations=conversations,
+        agents=build_agents(ordered, conversations),
+        call_turns=tuple(call_turns),
     )
 
 
