@@ -46,6 +46,7 @@ __all__ = [
     "Trajectory",
     "boundary_of",
     "build_trajectory",
+    "narrow",
     "thread_key",
 ]
 
@@ -178,6 +179,45 @@ def build_trajectory(
         conversations=conversations,
         agents=build_agents(ordered, conversations),
         call_turns=tuple(call_turns),
+    )
+
+
+def narrow(
+    trajectory: Trajectory, indexes: Collection[int], *, reply_thread: Sequence[Turn] | None = None
+) -> Trajectory:
+    """The part of ``trajectory`` made of the turns in ``indexes`` (an ``in:`` scope): their tool
+    calls (an MCP call goes with the model turn before it), their threads and conversations,
+    and the sub-agents spawned in them. The reply is the last turn of ``reply_thread`` when
+    given (a sub-agent's final answer), else the reply rule applied to the scope's turns."""
+    keep = set(indexes)
+    turns = tuple(t for t in trajectory.turns if t.index in keep)
+    pairs = [(c, i) for c, i in zip(trajectory.tool_calls, trajectory.call_turns, strict=True) if i in keep]
+    requested = tuple(c for t in turns if t.response is not None for c in t.response.tool_calls)
+    threads = _group_threads(turns)
+    if reply_thread is not None:
+        ordered = tuple(sorted(reply_thread, key=lambda t: t.index))
+        own = Thread("", ordered, sum(t.request.text_size for t in ordered)) if ordered else None
+        reply, reason = _reply_of(own)
+    else:
+        reply, reason = _reply_of(_pick_main(threads))
+    conversations = group_conversations(turns)
+    agents = AgentTree(
+        tuple(s for s in trajectory.agents.subagents if s.spawn_turn in keep),
+        {i: a for i, a in trajectory.agents.agent_of.items() if i in keep},
+    )
+    return Trajectory(
+        turns=turns,
+        threads=threads,
+        main=_pick_main(threads),
+        tool_calls=tuple(c for c, _ in pairs),
+        reply=reply,
+        reply_absent_reason=reason,
+        requested=requested,
+        attempts=tuple(c for c in requested if c.name in trajectory.mcp_tools),
+        mcp_tools=trajectory.mcp_tools,
+        conversations=conversations,
+        agents=agents,
+        call_turns=tuple(i for _, i in pairs),
     )
 
 

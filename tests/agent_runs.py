@@ -86,3 +86,19 @@ def claude_code_run(*, result_returns: bool = True, sub_runs: bool = True) -> li
     turns.append(turn(4, "anthropic", anthropic(MAIN_SYSTEM, [*first, tool_use(SPAWN), back]),
                       said("Booked KQ311.")))
     return turns
+
+
+def spec_of(steps: str, head: str = "", environ: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    """A resolved FlowSpec from the YAML of its steps (each line indented two spaces)."""
+    from flowproof.spec import resolve_variables
+    from flowproof.spec.loader import parse_spec
+
+    text = f"name: t\nagent:\n  command: a\n{head}steps:\n  - prompt: {PROMPT}\n{steps}"
+    return resolve_variables(parse_spec(text, "t.flow.yaml"), environ or {})
+
+
+def request_view(system: str = MAIN_SYSTEM):  # type: ignore[no-untyped-def]
+    """A plain request view (no body) for tests about responses only."""
+    from flowproof.model import RequestView
+
+    return RequestView("openai-chat", "gpt-x", system, (), ("user",), (), False, 10)
