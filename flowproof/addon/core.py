@@ -32,6 +32,7 @@ from flowproof.addon.record import Record
 from flowproof.addon.replay import Replay
 from flowproof.addon.shared import Shared, config_record_command, log
 from flowproof.addon.warm import WarmSessions
+from flowproof.addon.witness import Witness
 from flowproof.cassette import load_cassette
 from flowproof.errors import FlowproofError, SpecError
 from flowproof.events import Listener, ReadyEvent, TlsFailedEvent
@@ -73,11 +74,13 @@ class FlowState:
     shared: Shared
     mcp: McpBoundary
     concern: Record | Replay | Compare
+    witness: Witness
 
     @property
     def addons(self) -> list[object]:
-        """In hook order: the MCP boundary (it claims MCP traffic first), the concern, the log."""
-        return [self.mcp, self.concern, self.shared.events]
+        """In hook order: the witness (it only reads), the MCP boundary (it claims MCP traffic
+        first), the concern, the log."""
+        return [self.witness, self.mcp, self.concern, self.shared.events]
 
 
 def build_flow_state(
@@ -107,7 +110,7 @@ def build_flow_state(
             shared.events = previous.events  # keep the open log
         else:
             previous.events.close()
-    return FlowState(shared, McpBoundary(shared, routes), CONCERNS[config.mode](shared))
+    return FlowState(shared, McpBoundary(shared, routes), CONCERNS[config.mode](shared), Witness(shared, routes))
 
 
 def wants_lazy(shared: Shared) -> bool:
@@ -123,18 +126,20 @@ class Flowproof:
         self.shared = Shared()
         self.concern: Record | Replay | Compare = Replay(self.shared)
         self.mcp = McpBoundary(self.shared)
+        self.witness = Witness(self.shared)
         self._last_error: exceptions.OptionsError | None = None
         #: Set when ``flowproof_control`` names a socket: this proxy serves many flows.
         self.warm: WarmSessions | None = None
 
     @property
     def addons(self) -> list[object]:
-        """The children mitmproxy invokes after the root: the MCP boundary (it claims MCP
-        traffic first), the mode's concern, then the event log. A warm proxy has one child,
+        """The children mitmproxy invokes after the root: the witness (egress and secrets; it
+        only reads), the MCP boundary (it claims MCP traffic first), the mode's concern, then
+        the event log. A warm proxy has one child,
         the router that hands each flow to its session's chain."""
         if self.warm is not None:
             return [self.warm]
-        return [self.mcp, self.concern, self.shared.events]
+        return [self.witness, self.mcp, self.concern, self.shared.events]
 
     @property
     def events(self) -> EventLog:
@@ -224,6 +229,7 @@ class Flowproof:
         values = option_values(ctx.options, OPTION_NAMES)
         state = build_flow_state(values, previous=self.shared)
         self.shared, self.mcp, self.concern = state.shared, state.mcp, state.concern
+        self.witness = state.witness
 
         # (The option belongs to mitmproxy's proxyserver addon, absent in bare test contexts.)
         if (

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from flowproof.normalize import PRESETS, Normalizer
 from flowproof.spec import FlowSpec, VolatileRule, load_spec, resolve_variables
 from flowproof.wire import normalize_host
+from flowproof.witness import Secret, secret_placeholder
 
 if TYPE_CHECKING:  # the compare engine loads only in compare mode (docs/hotpath.md)
     from flowproof.compare import CompareResult
@@ -118,8 +119,9 @@ class AddonConfig:
     """Every option the hooks need, typed and validated.
 
     ``upstream`` maps a normalized host to its target; ``tool_results`` are the
-    spec's mocked tool results; ``normalizer`` applies the spec's volatile rules
-    and portable paths.
+    spec's mocked tool results; ``normalizer`` applies the spec's volatile rules,
+    portable paths and secret masks; ``secrets`` are the values of the spec's
+    ``assert_no_secret_leak`` steps, scanned for in every request.
     """
 
     mode: Mode = Mode.REPLAY
@@ -132,6 +134,7 @@ class AddonConfig:
     compare_handler: CompareHandler | None = None
     tool_results: Mapping[str, Any] = field(default_factory=dict)
     normalizer: Normalizer = field(default_factory=Normalizer)
+    secrets: tuple[Secret, ...] = ()
 
     @property
     def compare_handler_name(self) -> str | None:
@@ -155,6 +158,14 @@ def _volatile_rules(spec: FlowSpec) -> tuple[VolatileRule, ...]:
             seen.add(key)
             rules.append(rule)
     return tuple(rules)
+
+
+def spec_secrets(spec: FlowSpec) -> tuple[Secret, ...]:
+    """The spec's ``assert_no_secret_leak`` values (resolved), each once, with its placeholder."""
+    secrets: dict[str, Secret] = {}
+    for number, step in enumerate(spec.secrets, start=1):
+        secrets.setdefault(step.value, Secret(step.label, step.value, secret_placeholder(step.label, number)))
+    return tuple(secrets.values())
 
 
 def _load_spec(path: str, environ: Mapping[str, str]) -> FlowSpec:
@@ -212,11 +223,13 @@ def build_config(values: Mapping[str, Any], environ: Mapping[str, str] | None = 
 
     rules: tuple[VolatileRule, ...] = ()
     tool_results: Mapping[str, Any] = {}
+    secrets: tuple[Secret, ...] = ()
     cwd = values.get("cwd") or None
     home = values.get("home") or None
     if spec is not None:
         rules = _volatile_rules(spec)
         tool_results = spec.tool_results
+        secrets = spec_secrets(spec)
         # Portable paths need the agent's cwd and HOME; with a spec the runner is in charge,
         # and the agent runs in spec.agent.cwd (else the runner's cwd, which is ours).
         if cwd is None:
@@ -234,7 +247,9 @@ def build_config(values: Mapping[str, Any], environ: Mapping[str, str] | None = 
         report=report,
         compare_handler=handler,
         tool_results=tool_results,
-        normalizer=Normalizer(rules, cwd=cwd, home=home),
+        normalizer=Normalizer(rules, cwd=cwd, home=home,
+                              secrets=[(s.value, s.placeholder) for s in secrets]),
+        secrets=secrets,
     )
 
 
