@@ -67,6 +67,19 @@ class SubAgent:
     def label(self) -> str:
         return f"{self.name} #{self.ordinal}"
 
+    def describe(self) -> str:
+        """One line: ``Explore #1 (claude-code): spawned in turn 0, ran in turns 2, 3, result in turn 4``."""
+        indexes = sorted(t.index for t in self.turns)
+        ran = f"ran in turn(s) {', '.join(map(str, indexes))}" if indexes else "never ran"
+        back = f"result in turn {self.result_turn}" if self.result_turn is not None else "no result came back"
+        return f"{self.label()} ({self.family}): spawned in turn {self.spawn_turn}, {ran}, {back}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"number": self.number, "name": self.name, "label": self.label(), "family": self.family,
+                "parent": self.parent, "spawn_turn": self.spawn_turn,
+                "turns": sorted(t.index for t in self.turns), "result_turn": self.result_turn,
+                "text": self.describe()}
+
 
 @dataclass(frozen=True, slots=True)
 class AgentTree:
@@ -91,6 +104,26 @@ class AgentTree:
 
     def root_turns(self, turns: Sequence[Turn]) -> tuple[Turn, ...]:
         return tuple(t for t in turns if self.agent_of.get(t.index) is None)
+
+    def label_of(self, index: int) -> str | None:
+        """The sub-agent a turn belongs to (``Explore #1``), None for the root agent."""
+        number = self.agent_of.get(index)
+        return self.subagents[number].label() if number is not None else None
+
+    def lines(self) -> list[str]:
+        """The tree as indented text: the agent the flow started, then each sub-agent under its
+        parent (empty when there is none)."""
+        if not self.subagents:
+            return []
+        out = ["the agent"]
+
+        def walk(parent: int | None, depth: int) -> None:
+            for child in self.children(parent):
+                out.append("  " * depth + "└─ " + child.describe())
+                walk(child.number, depth + 1)
+
+        walk(None, 1)
+        return out
 
 
 def final_answer(turns: Sequence[Turn]) -> str | None:

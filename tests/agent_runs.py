@@ -102,3 +102,27 @@ def request_view(system: str = MAIN_SYSTEM):  # type: ignore[no-untyped-def]
     from flowproof.model import RequestView
 
     return RequestView("openai-chat", "gpt-x", system, (), ("user",), (), False, 10)
+
+
+def claude_code_cassette():  # type: ignore[no-untyped-def]
+    """`claude_code_run` as a cassette (non-streamed Anthropic responses)."""
+    from flowproof.cassette import Cassette, RecordedRequest, RecordedResponse, RecordedTurn
+    from flowproof.request_key import body_sha256
+
+    turns = []
+    for t in claude_code_run():
+        response = t.response
+        assert response is not None
+        content: list[dict[str, Any]] = [{"type": "text", "text": response.text}] if response.text else []
+        content += [{"type": "tool_use", "id": c.call_id, "name": c.name, "input": c.arguments}
+                    for c in response.tool_calls]
+        stop = "tool_use" if response.tool_calls else "end_turn"
+        body = json.dumps(t.body).encode()
+        turns.append(RecordedTurn(
+            t.index, "anthropic",
+            RecordedRequest("POST", "https://api.anthropic.com/v1/messages", {}, body_sha256(body), t.body),
+            RecordedResponse(200, {"content-type": "application/json"},
+                             body={"type": "message", "role": "assistant", "model": "claude-x",
+                                   "content": content, "stop_reason": stop}),
+        ))
+    return Cassette(tuple(turns), route="proxy")

@@ -240,6 +240,11 @@ _RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path
     help="With --record: keep a recording whose turns hold an HTTP error status (the flow tests error handling).",
 )
 @click.option(
+    "--strict-mocks",
+    is_flag=True,
+    help="Fail a flow whose tools: or mcp: mocks did not all fire (spec key: strict_mocks: true).",
+)
+@click.option(
     "-v",
     "--verbose",
     count=True,
@@ -263,6 +268,7 @@ def run_command(
     shard: str | None,
     compare_handler: str | None,
     allow_error_turns: bool,
+    strict_mocks: bool,
     verbose: int,
     quiet: bool,
     log_json: bool,
@@ -303,6 +309,7 @@ def run_command(
         cancel=cancel,
         allow_error_turns=allow_error_turns,
         progress=progress,
+        strict_mocks=strict_mocks,
     )
     results = []
     if selected:
