@@ -381,7 +381,8 @@ def witnessed() -> FlowResult:
         subagents=({"number": 0, "name": "Explore", "label": "Explore #1", "family": "claude-code", "parent": None,
                     "spawn_turn": 0, "turns": [2, 3], "result_turn": 4,
                     "text": "Explore #1 (claude-code): spawned in turn 0, ran in turn(s) 2, 3, result in turn 4"},),
-        agent_tree=("the agent", "  └─ Explore #1 (claude-code): spawned in turn 0, ran in turn(s) 2, 3, result in turn 4"),
+        agent_tree=("the agent",
+                    "  └─ Explore #1 (claude-code): spawned in turn 0, ran in turn(s) 2, 3, result in turn 4"),
         usage={"input_tokens": 10, "output_tokens": 2, "cache_read_tokens": 0, "cache_write_tokens": 0,
                "turns_without_usage": [1]},
     )
