@@ -117,7 +117,7 @@ FAMILIES: tuple[AgentFamily, ...] = (
         prompt_args=(),
         link=HANDOFF_LINK,
         result=FINAL_ANSWER,
-        evidence="openai-agents 0.24 handoffs against the fake model (tests/e2e/test_subagents.py)",
+        evidence="openai-agents 0.24 handoffs against the fake model (tests/e2e/test_prove.py)",
     ),
 )
 

@@ -95,6 +95,21 @@ PRESETS: dict[str, tuple[VolatileRule, ...]] = {
             "messages.*.content",
             rf"(?<=Today's date is ){_DATE}(?=\.)",
         ),
+        # A sub-agent's result (the Agent tool's tool_result) ends with "agentId: <17 hex> (use
+        # SendMessage with to: '<the same id>', …)" and "<usage>… duration_ms: <ms></usage>":
+        # a new agent id on every run, and the sub-agent's own wall time.
+        _rule(
+            "claude-code",
+            "agent_id",
+            "messages.*.content.*.content.*.text",
+            r"(?<=agentId: )[0-9a-f]+|(?<=to: ')[0-9a-f]+(?=')",
+        ),
+        _rule(
+            "claude-code",
+            "subagent_duration",
+            "messages.*.content.*.content.*.text",
+            r"(?<=duration_ms: )[0-9]+",
+        ),
     ),
     # codex-cli 0.171.0, `codex exec` with the built-in provider (the same comparison).
     "codex": (

@@ -35,7 +35,7 @@ from flowproof.errors import (
     FlowproofError,
     Interrupted,
 )
-from flowproof.events import Event, McpRejectedEvent, TurnEvent, parse_events, witness_of
+from flowproof.events import DivergenceEvent, Event, McpRejectedEvent, TurnEvent, parse_events, witness_of
 from flowproof.guard import guard_evidence
 from flowproof.mcp import calls_from_events
 from flowproof.model import Turn
@@ -458,7 +458,7 @@ def _verdict(
         exit_code=verdict.exit_code,
         cassette=cassette,
         steps=verdict.steps or (),
-        divergences=verdict.divergences,
+        divergences=with_subagents(verdict.divergences, events, existing),
         drifts=verdict.drifts,
         missing=verdict.missing,
         errors=verdict.errors,
@@ -483,6 +483,28 @@ def _verdict(
             raise Interrupted(cancel.signum)
         return _keep(result, staging, existing, allow_error_turns)
     return result
+
+
+def with_subagents(texts: tuple[str, ...], events: Sequence[Event], existing: Cassette | None) -> tuple[str, ...]:
+    """Each divergence text, saying which sub-agent the recorded turn it was compared with
+    belongs to (docs/subagents.md): "an edit inside the sub-agent's prompt" reads as such."""
+    diverged = [e for e in events if isinstance(e, DivergenceEvent)]
+    if existing is None or not diverged or len(diverged) != len(texts):
+        return texts
+    try:
+        agents = build_trajectory([turn_views(t) for t in existing.turns]).agents
+    except FlowproofError:
+        return texts  # a turn no codec reads: the divergence speaks for itself
+    out = []
+    for text, event in zip(texts, diverged, strict=True):
+        closest = (event.divergence or {}).get("closest_index")
+        number = agents.agent_of.get(closest) if isinstance(closest, int) else None
+        if number is not None:
+            label, spawn = agents.subagents[number].label(), agents.subagents[number].spawn_turn
+            text += (f"\nthe recorded turn {closest} it was compared with is sub-agent {label}'s "
+                     f"(spawned in turn {spawn}): the change is inside that sub-agent")
+        out.append(text)
+    return tuple(out)
 
 
 def _call_label(call: Any) -> str:
