@@ -452,28 +452,29 @@ def _agent_tree(subagents: Sequence[Mapping[str, Any]]) -> str:
 
 def _witness(flow: Mapping[str, Any]) -> str:
     """The hosts the agent reached, where a declared secret went, and the mocks never fired."""
-    parts = []
-    hosts = flow.get("egress") or ()
-    if hosts:
-        items = "".join(
-            f'<li class="{"ok" if h.get("role") in ("model", "mcp") else "other"}">'
-            f"{_text(h.get('host'))}:{_text(h.get('port'))} ({_text(h.get('role'))}, {_text(h.get('via'))})</li>"
-            for h in hosts
-        )
-        parts.append(f'<h3>hosts contacted</h3><ul class="hosts">{items}</ul>')
-    leaks = flow.get("secret_leaks") or ()
-    if leaks:
-        items = "".join(
-            f"<li>{_text(leak.get('label'))} → {_text(leak.get('host'))}: {_text(leak.get('method'))} "
-            f"{_text(leak.get('url'))} ({_text(leak.get('where'))} {_text(leak.get('path'))})</li>"
-            for leak in leaks
-        )
-        parts.append(f'<h3>secret leaks</h3><ul class="leaks">{items}</ul>')
-    mocks = flow.get("unused_mocks") or ()
-    if mocks:
-        parts.append("<h3>mocks that never fired</h3><ul>"
-                     + "".join(f"<li>{_text(m.get('text'))}</li>" for m in mocks) + "</ul>")
-    return "\n".join(parts)
+    hosts = [
+        (f"{h.get('host')}:{h.get('port')} ({h.get('role')}, {h.get('via')})",
+         "ok" if h.get("role") in ("model", "mcp") else "other")
+        for h in flow.get("egress") or ()
+    ]
+    leaks = [
+        (f"{leak.get('label')} → {leak.get('host')}: {leak.get('method')} {leak.get('url')} "
+         f"({leak.get('where')} {leak.get('path')})", "")
+        for leak in flow.get("secret_leaks") or ()
+    ]
+    mocks = [(str(m.get("text")), "") for m in flow.get("unused_mocks") or ()]
+    return "\n".join(
+        _items(title, css, items)
+        for title, css, items in (("hosts contacted", "hosts", hosts), ("secret leaks", "leaks", leaks),
+                                  ("mocks that never fired", "mocks", mocks))
+        if items
+    )
+
+
+def _items(title: str, css: str, items: Sequence[tuple[str, str]]) -> str:
+    lines = "".join(f'<li class="{cls}">{_text(text)}</li>' if cls else f"<li>{_text(text)}</li>"
+                    for text, cls in items)
+    return f'<h3>{_text(title)}</h3><ul class="{css}">{lines}</ul>'
 
 
 def _turn(turn: Mapping[str, Any], bad: bool, guarded: Mapping[str, Mapping[str, Any]]) -> str:
