@@ -240,6 +240,9 @@ class ProxyOptions:
     mcp_answers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: The spec's declared secrets: scanned for in every request, masked wherever flowproof writes.
     secrets: tuple[Secret, ...] = ()
+    #: The ``mcp:`` servers the agent launches over stdio (``command:``): their stand-ins'
+    #: relay requests are answered (docs/mcp.md, "MCP over stdio").
+    mcp_stdio: tuple[str, ...] = ()
     #: The flow's listeners as mitmproxy mode specs (``regular``, ``reverse:https://api.openai.com``,
     #: ``regular@8080``); one without ``@PORT`` gets a free port.
     listeners: tuple[str, ...] = ("regular",)
@@ -281,7 +284,7 @@ def spec_secrets(spec: FlowSpec) -> tuple[Secret, ...]:
 
 def with_spec(options: ProxyOptions, spec: FlowSpec, *, cwd: str, home: str | None) -> ProxyOptions:
     """``options`` with a resolved spec's data: tool results, volatile rules (presets
-    expanded), MCP answers, its ``on_compare`` unless a handler is set, and for portable
+    expanded), MCP answers and stdio servers, its ``on_compare`` unless a handler is set, and for portable
     paths unless they are set the agent's working directory (``agent.cwd``, else ``cwd``:
     where the agent is started) and ``home``. The runner and the addon (given
     ``flowproof_spec`` by hand) both resolve a spec here."""
@@ -295,6 +298,7 @@ def with_spec(options: ProxyOptions, spec: FlowSpec, *, cwd: str, home: str | No
             server.name: {t.name: t.result for t in server.tools if t.has_result} for server in spec.mcp
         },
         secrets=spec_secrets(spec),
+        mcp_stdio=tuple(server.name for server in spec.mcp if server.command is not None),
         compare_handler=options.compare_handler or spec.on_compare or "",
         cwd=options.cwd or agent_cwd,
         home=options.home or home,
@@ -546,6 +550,7 @@ def to_json(options: ProxyOptions) -> dict[str, Any]:
         volatile=[_rule_json(r) for r in options.volatile],
         mcp_answers={name: dict(answers) for name, answers in options.mcp_answers.items()},
         secrets=[{"label": s.label, "value": s.value, "placeholder": s.placeholder} for s in options.secrets],
+        mcp_stdio=list(options.mcp_stdio),
         listeners=list(options.listeners),
     )
     return out
@@ -563,12 +568,13 @@ def from_json(obj: object) -> ProxyOptions:
         mcp_answers = {str(k): dict(v) for k, v in (obj.get("mcp_answers") or {}).items()}
         secrets = tuple(Secret(str(d["label"]), str(d["value"]), str(d["placeholder"]))
                         for d in obj.get("secrets") or ())
+        mcp_stdio = _strings(obj.get("mcp_stdio", []))
     except (KeyError, TypeError, ValueError, re.error) as e:
         raise ValueError(f"a session's resolved options are malformed ({type(e).__name__}: {e})") from None
     if not listeners:
         raise ValueError("a session needs at least one listener")
     return replace(options, listeners=listeners, volatile=volatile, tool_results=tool_results,
-                   mcp_answers=mcp_answers, secrets=secrets)
+                   mcp_answers=mcp_answers, secrets=secrets, mcp_stdio=mcp_stdio)
 
 
 # ------------------------------------------------------------------ settings from the environment

@@ -31,10 +31,10 @@ Pure: no I/O, no provider branching; it reads only `flowproof.model` values.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from flowproof.conversations import Conversations, group_conversations
-from flowproof.mcp import McpCall
+from flowproof.mcp import McpCall, mcp_tool_of
 from flowproof.model import FinishReason, RequestView, ToolCall, Turn
 from flowproof.subagents import AgentTree, build_agents
 
@@ -131,12 +131,15 @@ def build_trajectory(
     turns: Sequence[Turn],
     mcp_calls: Sequence[McpCall] = (),
     mcp_tools: Collection[str] = (),
+    mcp_servers: Collection[str] = (),
 ) -> Trajectory:
     """Build the trajectory of a run from its turns (in any order; they are sorted by index).
 
     ``mcp_calls`` are the ``tools/call`` requests that crossed the MCP boundary, in
-    the order they crossed; ``mcp_tools`` the tools a spec declares under ``mcp:``.
-    A tool in either is an MCP tool: its model requests become attempts.
+    the order they crossed; ``mcp_tools`` the tools a spec declares under ``mcp:``,
+    and ``mcp_servers`` its servers' names. A tool in either is an MCP tool: its
+    model requests become attempts, named by the MCP tool even when the agent
+    offers it to the model as ``mcp__<server>__<tool>`` (`flowproof.mcp.mcp_tool_of`).
 
     >>> build_trajectory([]).reply is None
     True
@@ -146,6 +149,7 @@ def build_trajectory(
     threads = _group_threads(ordered)
     main = _pick_main(threads)
     over_mcp = frozenset(mcp_tools) | {c.name for c in mcp_calls}
+    servers = frozenset(mcp_servers) | {c.server for c in mcp_calls}
     requested: list[ToolCall] = []
     tool_calls: list[ToolCall] = []
     call_turns: list[int | None] = []
@@ -158,8 +162,9 @@ def build_trajectory(
     for done, turn in enumerate(ordered):
         place([c for c in pending if c.after_turns == done], ordered[done - 1].index if done else None)
         if turn.response is not None:
-            requested.extend(turn.response.tool_calls)
-            own = [c for c in turn.response.tool_calls if c.name not in over_mcp]
+            asked = [_as_mcp(c, servers, over_mcp) for c in turn.response.tool_calls]
+            requested.extend(asked)
+            own = [c for c in asked if c.name not in over_mcp]
             tool_calls.extend(own)
             call_turns.extend(turn.index for _ in own)
     place([c for c in pending if c.after_turns >= len(ordered)], ordered[-1].index if ordered else None)
@@ -192,7 +197,15 @@ def narrow(
     keep = set(indexes)
     turns = tuple(t for t in trajectory.turns if t.index in keep)
     pairs = [(c, i) for c, i in zip(trajectory.tool_calls, trajectory.call_turns, strict=True) if i in keep]
-    requested = tuple(c for t in turns if t.response is not None for c in t.response.tool_calls)
+    # `requested` holds each turn's calls in turn order (named as MCP tools where they are).
+    requested_list: list[ToolCall] = []
+    position = 0
+    for turn in trajectory.turns:
+        count = len(turn.response.tool_calls) if turn.response is not None else 0
+        if turn.index in keep:
+            requested_list.extend(trajectory.requested[position : position + count])
+        position += count
+    requested = tuple(requested_list)
     threads = _group_threads(turns)
     if reply_thread is not None:
         ordered = tuple(sorted(reply_thread, key=lambda t: t.index))
@@ -219,6 +232,14 @@ def narrow(
         agents=agents,
         call_turns=tuple(i for _, i in pairs),
     )
+
+
+def _as_mcp(call: ToolCall, servers: Collection[str], tools: Collection[str]) -> ToolCall:
+    """The model's call named by the MCP tool it stands for (unchanged when it is no MCP tool)."""
+    if not servers:
+        return call
+    tool = mcp_tool_of(call.name, servers, tools)
+    return call if tool is None or tool == call.name else replace(call, name=tool)
 
 
 def _boundary_call(call: McpCall) -> BoundaryCall:

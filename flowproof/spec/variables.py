@@ -9,7 +9,7 @@ Resolved places: prompts, ``where`` clause values (``matches`` patterns are
 recompiled, also in ``assert_parallel_tool_calls`` and inside ``in:``), reply
 texts, ``assert_no_secret_leak`` values (which must then be at least
 `MIN_SECRET_LENGTH` characters), the agent's command, url, env values and cwd,
-MCP urls, and every string leaf of a tool ``result:``.
+MCP urls and commands, and every string leaf of a tool ``result:``.
 """
 
 from __future__ import annotations
@@ -217,7 +217,8 @@ class _Resolver:
         mcp = tuple(
             McpServer(
                 name=server.name,
-                url=self.text(server.url, server.location),
+                url=self.text(server.url, server.location) if server.url is not None else None,
+                command=self.text(server.command, server.location) if server.command is not None else None,
                 tools=tuple(self.tool(t) for t in server.tools),
                 location=server.location,
             )
