@@ -21,6 +21,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from flowproof import __version__
 from flowproof.cassette import load_cassette
 from flowproof.cassette_check import check_cassette, error_turns
 from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, SpecError
@@ -395,7 +396,7 @@ def run_command(
 
 
 @click.group("flowproof", context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="flowproof")
+@click.version_option(__version__, prog_name="flowproof")
 def cli() -> None:
     """flowproof: test LLM agents at the model boundary.
 
