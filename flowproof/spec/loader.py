@@ -339,8 +339,10 @@ class _Walker:
         self.check_duplicate_tools(tools, mcp)
 
         strict = False
+        strict_location: Location | None = None
         if "strict" in entries:
             strict = bool(self.boolean(entries["strict"][1], "`strict`"))
+            strict_location = self.loc(entries["strict"][0])
         allow_error_turns = False
         if "allow_error_turns" in entries:
             allow_error_turns = bool(self.boolean(entries["allow_error_turns"][1],
@@ -396,6 +398,7 @@ class _Walker:
             on_compare=on_compare,
             location=self.loc(root),
             allow_error_turns=allow_error_turns,
+            strict_location=strict_location,
         )
 
     def agent(self, key: Node, node: Node) -> AgentSpec | None:

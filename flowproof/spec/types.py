@@ -152,6 +152,8 @@ class FlowSpec:
     location: Location = field(compare=False, default=Location("", 1, 1))
     #: The flow tests error handling: a recording whose turns hold an HTTP error status is kept.
     allow_error_turns: bool = False
+    #: Where `strict:` is written: a strict failure points there, not at the top of the file.
+    strict_location: Location | None = field(compare=False, default=None)
 
     @property
     def prompts(self) -> tuple[PromptStep, ...]:
