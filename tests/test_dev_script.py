@@ -92,7 +92,9 @@ class TestExample:
         assert calls[-1] == "flowproof-run example_specs/booking.flow.yaml"
         assert not any(c.startswith("npm") for c in calls)
         assert lines[0] == "dev: creating .venv with a current pip"
-        assert lines[1] == "dev: installing flowproof and the openai SDK the example agent uses into .venv (first run only)"
+        assert lines[1] == (
+            "dev: installing flowproof and the openai SDK the example agent uses into .venv (first run only)"
+        )
         assert lines[2].startswith("dev: installed in ") and lines[2].endswith(" s")
         assert lines[3] == "dev: running flowproof-run example_specs/booking.flow.yaml (replay: no key, no network)"
 
