@@ -36,7 +36,13 @@ from flowproof.spec.types import (
     ToolMock,
     VolatileRule,
 )
-from flowproof.spec.variables import VariableSyntaxError, check_variables, has_variables
+from flowproof.spec.variables import (
+    BASE_URL_HANDLE,
+    VariableSyntaxError,
+    check_variables,
+    handle_names,
+    has_variables,
+)
 from flowproof.wire.providers import conversation_vocabulary
 
 __all__ = [
@@ -220,25 +226,24 @@ class _Walker:
             return None
         return str(node.value)
 
-    def template(self, node: Node, what: str) -> str | None:
-        """Text that ``resolve_variables`` will fill in: its ``${`` syntax is checked now."""
+    def template(self, node: Node, what: str, *, handles: bool = False) -> str | None:
+        """Text that ``resolve_variables`` will fill in: its ``${`` syntax is checked now
+        (``handles``: ``${flowproof.…}`` handles are allowed here)."""
         value = self.text(node, what)
-        if value is not None and not self.check_variable_syntax(node, value):
+        if value is not None and not self.check_variable_syntax(node, value, handles=handles):
             return None
         return value
 
-    def check_variable_syntax(self, node: Node, value: str) -> bool:
+    def check_variable_syntax(self, node: Node, value: str, *, handles: bool = False) -> bool:
         try:
-            check_variables(value)
+            check_variables(value, handles=handles)
         except VariableSyntaxError as e:
             offset = 0
             if isinstance(node, ScalarNode):
                 origin, exact = self.text_origin(node)
                 if exact:
                     offset = origin.col - self.loc(node).col + e.offset
-            self.problem(node, str(e),
-                         "write ${NAME} (letters, digits, underscore), or $${ for a literal ${",
-                         offset)
+            self.problem(node, str(e), e.hint, offset)
             return False
         return True
 
@@ -408,7 +413,7 @@ class _Walker:
         self.check_keys(entries, _AGENT_KEYS, "`agent`")
         command = url = None
         if "command" in entries:
-            command = self.template(entries["command"][1], "`agent.command`")
+            command = self.template(entries["command"][1], "`agent.command`", handles=True)
         if "url" in entries:
             url_node = entries["url"][1]
             url = self.template(url_node, "`agent.url`")
@@ -423,6 +428,10 @@ class _Walker:
                          "add `command: <how to start the agent>` or `url: <where it listens>`")
 
         env: list[tuple[str, str]] = []
+        base_url_uses: list[tuple[Node, str]] = []
+        if command is not None:
+            base_url_uses += [(entries["command"][1], h) for h in handle_names(command)
+                              if h.startswith(BASE_URL_HANDLE)]
         if "env" in entries:
             env_entries = self.mapping(entries["env"][1], "`agent.env`")
             for name, (env_key, value_node) in (env_entries or {}).items():
@@ -435,8 +444,9 @@ class _Walker:
                                  f'write `{name}: ""` for an empty value')
                     continue
                 value = self.text(value_node, f"`agent.env.{name}`", allow_empty=True)
-                if value is not None and self.check_variable_syntax(value_node, value):
+                if value is not None and self.check_variable_syntax(value_node, value, handles=True):
                     env.append((name, value))
+                    base_url_uses += [(value_node, h) for h in handle_names(value) if h.startswith(BASE_URL_HANDLE)]
 
         timeout = DEFAULT_TIMEOUT
         if "timeout" in entries:
@@ -457,6 +467,12 @@ class _Walker:
                 self.problem(route_node, f"unknown route `{value}`", suggest(value, _ROUTES))
             elif value is not None:
                 route = value
+        if route != "base_url":
+            # A base-URL handle is the address of a reverse listener, which only that route opens.
+            for use_node, handle in base_url_uses:
+                self.problem(use_node, f"`${{{handle}}}` is a base-URL listener, which flowproof "
+                             "opens for `agent.route: base_url` only",
+                             "add `route: base_url` under `agent:`")
 
         if command is None and url is None:
             return None

@@ -34,6 +34,7 @@ __all__ = [
     "ConversationVocabulary",
     "Provider",
     "allowed_headers",
+    "base_url_families",
     "base_url_vars",
     "conversation_vocabulary",
     "model_host_suffixes",
@@ -76,6 +77,9 @@ class Provider:
     base_url_host: str
     #: The variables the official clients read their base URL from.
     base_url_vars: tuple[BaseUrlVar, ...]
+    #: The name a spec gives this API's base URL for a variable of its own choosing:
+    #: ``${flowproof.base_url.<family>}`` (APIs on one base URL share it).
+    family: str
     #: Every variable the official clients read this provider's key (or token) from, in the
     #: order they read them: a key in an earlier variable shadows one in a later variable.
     key_vars: tuple[str, ...]
@@ -124,6 +128,7 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/chat/completions",),
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
+        family="openai",
         key_vars=_OPENAI_KEYS,
         placeholder_vars=_OPENAI_KEYS,
         system_roots=(),
@@ -145,6 +150,7 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/responses",),
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
+        family="openai",
         key_vars=_OPENAI_KEYS,
         placeholder_vars=_OPENAI_KEYS,
         system_roots=("instructions",),
@@ -164,6 +170,7 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/messages",),
         base_url_host="api.anthropic.com",
         base_url_vars=(BaseUrlVar("ANTHROPIC_BASE_URL", ""),),
+        family="anthropic",
         # The anthropic SDK (2.x) uses ANTHROPIC_API_KEY and ignores ANTHROPIC_AUTH_TOKEN when
         # both are set; Claude Code reads the same two, and its own login token.
         key_vars=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
@@ -191,6 +198,7 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=(":streamGenerateContent", ":generateContent"),
         base_url_host="generativelanguage.googleapis.com",
         base_url_vars=(BaseUrlVar("GOOGLE_GEMINI_BASE_URL", ""),),
+        family="gemini",
         # google-genai reads GOOGLE_API_KEY before GEMINI_API_KEY (and warns when both are set).
         key_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
         placeholder_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
@@ -239,6 +247,17 @@ def base_url_vars() -> tuple[tuple[str, BaseUrlVar], ...]:
     for p in PROVIDERS:
         for var in p.base_url_vars:
             seen.setdefault(var.name, (p.base_url_host, var))
+    return tuple(seen.values())
+
+
+def base_url_families() -> tuple[tuple[str, str, str], ...]:
+    """``(family, upstream host, path suffix)`` of every base URL, once per family: what
+    ``${flowproof.base_url.<family>}`` becomes (the reverse listener plus the suffix the
+    official client's variable carries, ``/v1`` for OpenAI)."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    for p in PROVIDERS:
+        suffix = p.base_url_vars[0].suffix if p.base_url_vars else ""
+        seen.setdefault(p.family, (p.family, p.base_url_host, suffix))
     return tuple(seen.values())
 
 

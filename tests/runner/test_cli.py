@@ -274,6 +274,24 @@ class TestCheck:
         assert f"{bad}:" in res.output and "1 spec OK, 1 invalid" in res.output
 
 
+    def test_handles_are_checked(self, tmp_path: Path) -> None:
+        """`flowproof check` accepts the handles where they belong and names a wrong one
+        at its line and column, with what was meant."""
+        good = tmp_path / "good.flow.yaml"
+        good.write_text("name: g\nagent:\n  command: a ${flowproof.proxy_url}\n  route: base_url\n  env:\n"
+                        "    U: ${flowproof.base_url.openai}\n    C: ${flowproof.ca_bundle}\nsteps:\n  - prompt: hi\n")
+        res = invoke(cli, ["check", good])
+        assert res.exit_code == 0 and "1 spec OK" in res.output, res.output
+        assert "warning" not in res.output
+        bad = tmp_path / "bad.flow.yaml"
+        bad.write_text("name: b\nagent:\n  command: a\n  env:\n    U: ${flowproof.base_url.openia}\n"
+                       "steps:\n  - prompt: hi\n")
+        res = invoke(cli, ["check", bad])
+        assert res.exit_code == 2
+        assert f"{bad}:5:8: unknown handle `${{flowproof.base_url.openia}}`" in res.output
+        assert "did you mean `${flowproof.base_url.openai}`?" in res.output
+
+
 class TestDiffShow:
     def test_diff(self, tmp_path: Path) -> None:
         """flowproof diff prints the moved argument."""
