@@ -38,6 +38,7 @@ PURE_CORE = (
     "flowproof.mcp",
     "flowproof.guard",
     "flowproof.report_html",
+    "flowproof.scaffold",
 )
 
 

@@ -1,4 +1,4 @@
-"""The command line: ``flowproof-run`` and ``flowproof run|check|diff|show|env``.
+"""The command line: ``flowproof-run`` and ``flowproof run|init|check|diff|show|env``.
 
 Names, options and exit codes are a contract (docs/runner.md).
 Every `FlowproofError` is caught here and printed as one paragraph with no
@@ -40,6 +40,7 @@ from flowproof.runner.flags import (
 )
 from flowproof.runner.flow import REVERSE_HOSTS, STAGED, Cancel, RunOptions, run_flow
 from flowproof.runner.html import write_html
+from flowproof.runner.init import write_first_spec
 from flowproof.runner.progress import Progress, status_line_enabled
 from flowproof.runner.report import render_json, render_text, show_cassette, worst_exit, write_junit
 from flowproof.runner.warm import ProxyPool, warm_enabled
@@ -430,6 +431,31 @@ def check_command(specs: tuple[Path, ...]) -> None:
     click.echo(f"{ok} spec{'s' if ok != 1 else ''} OK" + (f", {bad} invalid" if bad else ""))
     if bad:
         sys.exit(EXIT_USAGE)
+
+
+@cli.command("init", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="COMMAND...")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+              help="Where to write the spec (default: beside the agent's file, NAME.flow.yaml).")
+@click.option("--name", help="The flow's name (default: from the agent's file name).")
+@click.option("--prompt", help="The first prompt (default: a line to replace).")
+@_edge
+def init_command(command: tuple[str, ...], output: Path | None, name: str | None, prompt: str | None) -> None:
+    """Write a first flow spec for the agent COMMAND starts (e.g. `flowproof init agent.py`).
+
+    It infers what it can: the command, the model SDKs the agent's file imports, a name; and
+    never overwrites a file.
+    """
+
+    written = write_first_spec(command, cwd=Path.cwd(), output=output, name=name, prompt=prompt)
+    shown = os.path.relpath(written.path)
+    apis = ", ".join(f"{s.module} ({s.host})" for s in written.sdks)
+    click.echo(f"wrote {shown}: command `{written.command}`" + (f", imports {apis}" if apis else ""))
+    keys = " ".join(f"{s.key_var}=..." for s in written.sdks) or "<YOUR_PROVIDER>_API_KEY=..."
+    click.echo(f"Next: put the prompt and the checks in {shown}, then")
+    click.echo(f"  flowproof check {shown}")
+    click.echo(f"  {keys} flowproof-run {shown} --record   # once, live")
+    click.echo(f"  flowproof-run {shown}                    # replay: offline, no key")
 
 
 @cli.command("diff")
