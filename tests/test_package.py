@@ -39,6 +39,7 @@ PURE_CORE = (
     "flowproof.guard",
     "flowproof.report_html",
     "flowproof.scaffold",
+    "flowproof.doctor",
 )
 
 

@@ -1,4 +1,4 @@
-"""The command line: ``flowproof-run`` and ``flowproof run|init|check|diff|show|env``.
+"""The command line: ``flowproof-run`` and ``flowproof run|init|doctor|check|diff|show|env``.
 
 Names, options and exit codes are a contract (docs/runner.md).
 Every `FlowproofError` is caught here and printed as one paragraph with no
@@ -24,7 +24,7 @@ import click
 from flowproof import __version__
 from flowproof.cassette import load_cassette
 from flowproof.cassette_check import check_cassette, error_turns
-from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, SpecError
+from flowproof.errors import EXIT_ASSERTION, EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, SpecError
 from flowproof.heal import diff_cassettes
 from flowproof.log import configure as configure_logging
 from flowproof.runner.collect import collect_specs
@@ -456,6 +456,33 @@ def init_command(command: tuple[str, ...], output: Path | None, name: str | None
     click.echo(f"  flowproof check {shown}")
     click.echo(f"  {keys} flowproof-run {shown} --record   # once, live")
     click.echo(f"  flowproof-run {shown}                    # replay: offline, no key")
+
+
+@cli.command("doctor")
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Agent wall-clock timeout in seconds (overrides the spec).")
+@_edge
+def doctor_command(spec: Path, timeout: float | None) -> None:
+    """Start SPEC's agent against a stand-in model (no key, no network) and say what works.
+
+    Exits 0 when the agent's calls went through flowproof and it finished, 1 otherwise.
+    """
+
+    # Imported here: the stand-in model server (flowproof.testing) adds about 0.25 s to the
+    # start of every flowproof command (python -X importtime), and only doctor needs it.
+    from flowproof.doctor import healthy, record_hint
+    from flowproof.runner.doctor import run_doctor
+
+    click.echo(f"flowproof doctor: {spec} — its agent against a stand-in model (no key, no network)")
+    ran = run_doctor(spec, timeout=timeout)
+    for check in ran.checks:
+        click.echo(check.render())
+    if healthy(ran.checks):
+        click.echo(f"Ready to record: {record_hint(ran.facts, str(spec))}")
+        return
+    click.echo("Fix the ✗ lines, then run flowproof doctor again.")
+    sys.exit(EXIT_ASSERTION)
 
 
 @cli.command("diff")
