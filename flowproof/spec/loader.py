@@ -36,13 +36,7 @@ from flowproof.spec.types import (
     ToolMock,
     VolatileRule,
 )
-from flowproof.spec.variables import (
-    BASE_URL_HANDLE,
-    VariableSyntaxError,
-    check_variables,
-    handle_names,
-    has_variables,
-)
+from flowproof.spec.variables import BASE_URL_HANDLE, VariableSyntaxError, check_variables, handle_names, has_variables
 from flowproof.wire.providers import conversation_vocabulary
 
 __all__ = [
