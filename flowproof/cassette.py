@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 from flowproof import __version__
@@ -35,6 +35,7 @@ from flowproof.commands import GENERIC_RECORD_COMMAND
 from flowproof.errors import CassetteError, CassetteNotFoundError, WireError
 from flowproof.mcp import McpExchange, exchange_from_json, exchange_to_json
 from flowproof.model import FinishReason, ResponseView, Turn
+from flowproof.options import Route
 from flowproof.wire import Codec, codec_by_name, with_path_fields
 from flowproof.wire.sse import SSEEvent, canonical_raw, encode_events
 
@@ -59,8 +60,7 @@ __all__ = [
 #: The newest cassette format this flowproof reads and the one it writes.
 CASSETTE_FORMAT = 1
 
-Route = Literal["proxy", "base_url"]
-_ROUTES: tuple[str, ...] = ("proxy", "base_url")
+_ROUTES: tuple[str, ...] = tuple(r.value for r in Route)
 
 _FIX_HINT = "re-record it or restore it from version control"
 
@@ -147,7 +147,7 @@ class Cassette:
     """
 
     turns: tuple[RecordedTurn, ...]
-    route: Route = "proxy"
+    route: Route = Route.PROXY
     format: int = CASSETTE_FORMAT
     mcp: tuple[McpExchange, ...] = ()
 
@@ -346,7 +346,7 @@ class _Reader:
             )
         if fmt < 1:
             raise self.fail("top level", f"unknown cassette format {fmt}")
-        route = doc.get("route", "proxy")
+        route = doc.get("route", Route.PROXY.value)
         if route not in _ROUTES:
             raise self.fail("top level", f"route {route!r} is not one of {', '.join(_ROUTES)}")
         turns = self.field(doc, "turns", list, "top level")
@@ -359,7 +359,7 @@ class _Reader:
             raise CassetteError(self.path, str(e), "re-record the flow") from None
         return Cassette(
             turns=tuple(self.turn(t, i) for i, t in enumerate(turns)),
-            route=cast(Route, route),
+            route=Route(route),
             format=fmt,
             mcp=exchanges,
         )

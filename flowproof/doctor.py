@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from flowproof.options import Route
 from flowproof.wire.providers import PROVIDERS, base_url_vars
 
 __all__ = ["Call", "Check", "DoctorFacts", "Received", "diagnose", "healthy", "key_marker", "markers_in",
@@ -56,7 +57,7 @@ class Received:
 class DoctorFacts:
     """What one doctor run saw."""
 
-    route: str
+    route: Route
     calls: tuple[Call, ...] = ()
     received: tuple[Received, ...] = ()
     #: Hosts whose TLS handshake with the proxy failed, with mitmproxy's reason.
@@ -96,7 +97,7 @@ def diagnose(facts: DoctorFacts) -> list[Check]:
     if facts.error is not None:
         return [Check(False, f"the run stopped before the agent could be judged: {facts.error}")]
     checks: list[Check] = []
-    proxy_route = facts.route == "proxy"
+    proxy_route = facts.route == Route.PROXY
     if facts.calls:
         how = "the proxy (HTTPS_PROXY)" if proxy_route else "the base-URL listeners"
         count = len(facts.calls)
@@ -138,7 +139,7 @@ def _variables(facts: DoctorFacts) -> list[Check]:
     if not facts.calls:
         return []
     read = markers_in([v for r in facts.received for v in r.values])
-    if facts.route == "proxy":
+    if facts.route == Route.PROXY:
         standard, handle = ["HTTPS_PROXY"], "${flowproof.proxy_url}"
     else:
         standard = list(dict.fromkeys(_base_url_var(c.host) for c in facts.calls))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flowproof.doctor import Call, DoctorFacts, Received, diagnose, healthy, key_marker, markers_in, record_hint
+from flowproof.options import Route
 
 CALL = Call("openai-chat", "api.openai.com", "/v1/chat/completions", "gpt-4o-mini")
 
@@ -18,7 +19,7 @@ def test_markers_name_the_variables_in_order() -> None:
 
 
 def test_a_healthy_proxy_agent() -> None:
-    facts = DoctorFacts("proxy", (CALL,), (Received((f"Bearer {key_marker('OPENAI_API_KEY')}",)),), returncode=0)
+    facts = DoctorFacts(Route.PROXY, (CALL,), (Received((f"Bearer {key_marker('OPENAI_API_KEY')}",)),), returncode=0)
     assert texts(facts) == [
         "✓ it reached the proxy (HTTPS_PROXY): 1 model call",
         "✓ it trusts flowproof's CA (TLS to api.openai.com through the proxy)",
@@ -32,7 +33,7 @@ def test_a_healthy_proxy_agent() -> None:
 
 
 def test_a_variable_of_its_own_is_named_beside_the_standard_one() -> None:
-    facts = DoctorFacts("base_url", (CALL,), (), returncode=0,
+    facts = DoctorFacts(Route.BASE_URL, (CALL,), (), returncode=0,
                         spec_env={"MY_LLM_URL": "${flowproof.base_url.openai}", "OTHER": "x"})
     assert "✓ it reached the base-URL listeners: 1 model call" in texts(facts)
     assert "✓ it read OPENAI_BASE_URL or MY_LLM_URL (agent.env) (how its calls reached flowproof)" in texts(facts)
@@ -40,7 +41,7 @@ def test_a_variable_of_its_own_is_named_beside_the_standard_one() -> None:
 
 
 def test_an_untrusted_ca_says_which_host_and_what_to_set() -> None:
-    facts = DoctorFacts("proxy", tls_failures=(("api.openai.com", "unknown ca"),), returncode=1,
+    facts = DoctorFacts(Route.PROXY, tls_failures=(("api.openai.com", "unknown ca"),), returncode=1,
                         stderr_tail="Traceback\nopenai.APIConnectionError: Connection error.\n")
     checks = diagnose(facts)
     assert checks[0].text == "it reached the proxy but does not trust flowproof's CA for api.openai.com (unknown ca)"
@@ -50,23 +51,23 @@ def test_an_untrusted_ca_says_which_host_and_what_to_set() -> None:
 
 
 def test_no_call_at_all_suggests_the_base_url_route() -> None:
-    (first, last) = diagnose(DoctorFacts("proxy", returncode=0))
+    (first, last) = diagnose(DoctorFacts(Route.PROXY, returncode=0))
     assert not first.passed and "ignores HTTPS_PROXY" in first.text and "agent.route: base_url" in first.fix
     assert last.passed
 
 
 def test_a_key_from_elsewhere_is_flagged() -> None:
-    facts = DoctorFacts("proxy", (CALL,), (Received(("Bearer sk-from-a-config-file",)),), returncode=0)
+    facts = DoctorFacts(Route.PROXY, (CALL,), (Received(("Bearer sk-from-a-config-file",)),), returncode=0)
     (check,) = [c for c in diagnose(facts) if "key" in c.text]
     assert not check.passed and "came from none of" in check.text
     assert "sk-from-a-config-file" not in check.render()
 
 
 def test_an_error_before_the_agent_started_is_the_only_line() -> None:
-    (check,) = diagnose(DoctorFacts("proxy", error="t.flow.yaml:3:12: ${BIN} is not set"))
+    (check,) = diagnose(DoctorFacts(Route.PROXY, error="t.flow.yaml:3:12: ${BIN} is not set"))
     assert not check.passed and "${BIN} is not set" in check.text
 
 
 def test_a_timeout() -> None:
-    checks = diagnose(DoctorFacts("proxy", (CALL,), (), timed_out=True))
+    checks = diagnose(DoctorFacts(Route.PROXY, (CALL,), (), timed_out=True))
     assert checks[-1].text == "it did not finish before the timeout" and "stdin" in checks[-1].fix

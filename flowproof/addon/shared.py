@@ -64,8 +64,8 @@ def _is_websocket_upgrade(request: http.Request) -> bool:
 def config_record_command(config: AddonConfig) -> str:
     """The command that records the configured cassette: ``flowproof-run`` with a spec,
     else the bare mitmdump command."""
-    if config.spec is not None:
-        return record_command(config.spec.path)
+    if config.options.spec is not None:
+        return record_command(config.options.spec)
     return addon_record_command(config.cassette)
 
 

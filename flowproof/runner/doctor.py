@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from flowproof.cassette import Cassette, save_cassette, url_path
 from flowproof.doctor import Call, Check, DoctorFacts, Received, diagnose, key_marker
 from flowproof.events import TlsFailedEvent, TurnEvent
+from flowproof.options import Mode, parse_upstreams
 from flowproof.runner.flow import RunOptions, run_flow
 from flowproof.spec import load_spec
 from flowproof.testing import FakeModelServer, Reply
@@ -63,9 +64,9 @@ def run_doctor(spec_path: Path, *, timeout: float | None = None, ca_dir: Path | 
         empty = Path(scratch) / "doctor.cassette.json"
         save_cassette(Cassette(turns=(), route=spec.agent.route), empty)
         options = RunOptions(
-            mode="compare",
+            mode=Mode.COMPARE,
             cassette=empty,
-            upstream=tuple(f"{host}={server.url}" for host in model_hosts()),
+            upstream=parse_upstreams([f"{host}={server.url}" for host in model_hosts()], "doctor"),
             timeout=timeout,
             ca_dir=ca_dir,
         )

@@ -27,6 +27,7 @@ from flowproof.errors import (
 )
 from flowproof.findings import findings
 from flowproof.heal import readable_turns, short_text
+from flowproof.options import Mode
 from flowproof.runner.flow import FlowResult
 from flowproof.trajectory import build_trajectory
 
@@ -86,7 +87,7 @@ def next_step(result: FlowResult) -> str:
     """The one line that says what to do about ``result``."""
     code, spec = result.exit_code, str(result.spec_path)
     if code == EXIT_OK:
-        if result.mode == "record":
+        if result.mode == Mode.RECORD:
             if result.heal_diff is None:
                 # A first-ever record: there was no cassette, so there is no heal diff to review.
                 return (f"A new cassette: read it (flowproof show {result.cassette}) and commit it "
@@ -104,7 +105,7 @@ def next_step(result: FlowResult) -> str:
             f"{result.record_command} if the new behaviour is right (compare never writes)."
         )
     if code == EXIT_ASSERTION:
-        if result.mode == "record":
+        if result.mode == Mode.RECORD:
             kept = f" (the recording is in {result.rejected})" if result.rejected else ""
             return f"Nothing was recorded{kept}: fix the agent or the spec, then record again."
         return f"Fix the agent (or the spec at the ✗ lines), then run: flowproof-run {spec}"
@@ -225,7 +226,7 @@ def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
     failed = [r for r in results if not r.passed]
     summary = f"{passed} of {len(results)} flow(s) passed"
     if not failed:
-        recorded = [r for r in results if r.mode == "record"]
+        recorded = [r for r in results if r.mode == Mode.RECORD]
         if len(results) == 1:
             last = next_step(results[0])
         elif not recorded:
@@ -295,7 +296,7 @@ def result_json(result: FlowResult) -> dict[str, Any]:
         "findings": flow_findings(result),
         "divergences": list(result.divergences),
         "drifts": list(result.drifts),
-        "compare": report_json(result.compare) if result.mode == "compare" else None,
+        "compare": report_json(result.compare) if result.mode == Mode.COMPARE else None,
         "missing": result.missing,
         "proxy_errors": list(result.errors),
         "reply": result.reply,

@@ -22,6 +22,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from flowproof.errors import SpecError, SpecProblem
 from flowproof.normalize import PRESETS
+from flowproof.options import Route
 from flowproof.spec.clauses import compile_pattern, parse_reply_line, parse_tool_line, suggest
 from flowproof.spec.paths import split_path
 from flowproof.spec.types import (
@@ -73,7 +74,7 @@ _TOOL_KEYS = ("name", "result")
 _MCP_KEYS = ("name", "url", "tools")
 _RULE_KEYS = ("name", "path", "pattern")
 _STEP_KEYS = ("prompt", "assert_tool_call", "assert_no_tool_call", "assert")
-_ROUTES = ("proxy", "base_url")
+_ROUTES = tuple(r.value for r in Route)
 
 _RULE_NAME = re.compile(r"[a-z0-9_-]+")
 _CALLABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
@@ -453,15 +454,15 @@ class _Walker:
                 # A templated cwd is joined to the spec dir after resolution, not before.
                 cwd = Path(value) if has_variables(value) else self.spec_dir / value
 
-        route = "proxy"
+        route = Route.PROXY
         if "route" in entries:
             route_node = entries["route"][1]
             value = self.text(route_node, "`agent.route`")
             if value is not None and value not in _ROUTES:
                 self.problem(route_node, f"unknown route `{value}`", suggest(value, _ROUTES))
             elif value is not None:
-                route = value
-        if route != "base_url":
+                route = Route(value)
+        if route != Route.BASE_URL:
             # A base-URL handle is the address of a reverse listener, which only that route opens.
             for use_node, handle in base_url_uses:
                 self.problem(use_node, f"`${{{handle}}}` is a base-URL listener, which flowproof "
@@ -476,7 +477,7 @@ class _Walker:
             env=tuple(env),
             timeout=timeout,
             cwd=cwd,
-            route="base_url" if route == "base_url" else "proxy",
+            route=route,
             location=self.loc(key),
         )
 
