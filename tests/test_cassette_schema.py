@@ -23,6 +23,7 @@ from flowproof.cassette import (
 )
 from flowproof.errors import CassetteError
 from flowproof.mcp import McpExchange
+from flowproof.mcp.stdio import StdioMessage, StdioSession
 from flowproof.wire import CODEC_NAMES
 from flowproof.wire.sse import SSEEvent, canonical_raw
 
@@ -78,13 +79,20 @@ def rich_cassette() -> Cassette:
             McpExchange(1, "docs", "POST", "/mcp", None, "b" * 64, 200, "text/event-stream", events=("{}",)),
             McpExchange(2, "docs", "DELETE", "/mcp", None, "c" * 64, 202, ""),
         ),
+        mcp_stdio=(
+            StdioSession(0, "files", (
+                StdioMessage("client", message={"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
+                StdioMessage("server", line="starting up (not JSON)"),
+                StdioMessage("server", message={"jsonrpc": "2.0", "id": 1, "result": {}}),
+            )),
+        ),
     )
 
 
 def test_what_the_writer_writes_matches(tmp_path: Path) -> None:
     doc = json.loads(dumps_cassette(rich_cassette()))
     assert schema_errors(doc) == []
-    assert {"abandoned", "mcp"} <= set(json.dumps(doc).replace('"', " ").split())
+    assert {"abandoned", "mcp", "mcp_stdio"} <= set(json.dumps(doc).replace('"', " ").split())
 
 
 _text = st.text(max_size=12)
@@ -151,6 +159,12 @@ REFUSED = {
     "abandoned not a boolean": _set("turns.0.abandoned", "yes"),
     "complete turn without response": _set("turns.0.response", None),
     "unknown provider": _set("turns.0.provider", "openai-chat-v9"),
+    "stdio line from the client": _set("mcp_stdio", [{"index": 0, "server": "s", "messages": [
+        {"from": "client", "line": "hello"}]}]),
+    "stdio message and line": _set("mcp_stdio", [{"index": 0, "server": "s", "messages": [
+        {"from": "server", "line": "x", "message": {}}]}]),
+    "stdio sender unknown": _set("mcp_stdio", [{"index": 0, "server": "s", "messages": [
+        {"from": "agent", "message": {}}]}]),
 }
 
 
