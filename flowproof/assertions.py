@@ -321,9 +321,10 @@ def _evaluate_strict(
 ) -> AssertionResult:
     taken = set(matched)
     unlisted = [i for i in range(len(calls)) if i not in taken]
+    location = spec.strict_location or spec.location
     if not unlisted:
         return AssertionResult(
-            None, True, "strict: every tool call is listed by an assert_tool_call", spec.location
+            None, True, "strict: every tool call is listed by an assert_tool_call", location
         )
     lines = ["strict: true forbids tool calls no assert_tool_call lists, but the agent made:"]
     for i in unlisted:
@@ -331,7 +332,7 @@ def _evaluate_strict(
     why = tuple(
         Mismatch("strict", actual=_arguments(calls[i]), tool=calls[i].name, call=i + 1) for i in unlisted
     )
-    return AssertionResult(None, False, "\n".join(lines), spec.location, why)
+    return AssertionResult(None, False, "\n".join(lines), location, why)
 
 
 def _args_text(call: ToolCall) -> str:

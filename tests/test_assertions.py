@@ -226,6 +226,21 @@ class TestStrict:
         )
         assert strict.location == Location("booking.flow.yaml", 1, 1)
 
+    def test_a_strict_failure_points_at_the_strict_line(self, tmp_path: Path) -> None:
+        """A loaded spec's strict failure is reported at its `strict:` line, not at 1:1."""
+        from flowproof.spec import load_spec
+
+        path = tmp_path / "booking.flow.yaml"
+        path.write_text(
+            "name: books a flight\nagent:\n  command: python agent.py\n\nstrict: true\n"
+            "steps:\n  - prompt: Book me a flight\n  - assert_tool_call: search_flights\n",
+            encoding="utf-8",
+        )
+        *_, strict = evaluate(load_spec(path), BOOKING)
+        assert not strict.passed and strict.step is None
+        assert (strict.location.line, strict.location.col) == (5, 1)
+        assert str(strict.location).endswith("booking.flow.yaml:5:1")
+
     def test_not_strict_adds_no_result(self) -> None:
         """Without strict there is no flow-level result."""
         results = run(BOOKING, call_step("search_flights"))

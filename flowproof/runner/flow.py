@@ -46,6 +46,7 @@ from flowproof.runner.env import (
     agent_env,
     default_ca_dir,
     ensure_ca,
+    handle_values,
     interpreter_first_path,
 )
 from flowproof.runner.lock import cassette_lock
@@ -62,6 +63,7 @@ from flowproof.runner.proxy import FlowProxy, ProxyPool, free_port, scratch_pref
 from flowproof.runner.recording import Staging
 from flowproof.spec import FlowSpec, load_spec, resolve_variables
 from flowproof.spec.types import AgentSpec, ParallelCallsAssertion, SubagentAssertion, ToolCallAssertion
+from flowproof.spec.variables import resolve_handles
 from flowproof.trajectory import MCP, boundary_of, build_trajectory
 from flowproof.verdict import StepResult, decide_exit
 
@@ -283,6 +285,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                     proxy_options.model_hosts, timeout,
                     cancelled=cancel.is_set if cancel is not None else None,
                     events=watch.source(proxy.events) if watch is not None else None,
+                    written=raw_spec.agent,
                 )
             finally:
                 proxy.stop()
@@ -354,8 +357,13 @@ def _drive(
     timeout: float,
     cancelled: Callable[[], bool] | None = None,
     events: EventSource | None = None,
+    written: AgentSpec | None = None,
 ) -> AgentRun:
     events = events or proxy.events
+    if written is not None:
+        # `${flowproof.…}` handles (the proxy's URL, the CA, a base-URL listener) exist now.
+        handles = handle_values(proxy.url, ca, proxy.reverse_urls)
+        agent = resolve_handles(written, agent, environ, handles)
     if agent.url:
         return run_url_agent(agent.url, prompts=prompts, timeout=timeout, events=events)
     base = dict(environ)

@@ -89,7 +89,11 @@ def next_step(result: FlowResult) -> str:
     code, spec = result.exit_code, str(result.spec_path)
     if code == EXIT_OK:
         if result.mode == Mode.RECORD:
-            return f"Review the cassette diff and commit {result.cassette}."
+            if result.heal_diff is None:
+                # A first-ever record: there was no cassette, so there is no heal diff to review.
+                return (f"A new cassette: read it (flowproof show {result.cassette}) and commit it "
+                        "with the spec.")
+            return f"Review the heal diff above and commit {result.cassette}."
         return "Nothing to do."
     if code == EXIT_DIVERGENCE:
         return (
@@ -247,10 +251,15 @@ def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
     failed = [r for r in results if not r.passed]
     summary = f"{passed} of {len(results)} flow(s) passed"
     if not failed:
-        last = next_step(results[0]) if len(results) == 1 else (
-            "Nothing to do." if results and results[0].mode != Mode.RECORD
-            else "Review the cassette diffs and commit them."
-        )
+        recorded = [r for r in results if r.mode == Mode.RECORD]
+        if len(results) == 1:
+            last = next_step(results[0])
+        elif not recorded:
+            last = "Nothing to do."
+        elif all(r.heal_diff is None for r in recorded):
+            last = "New cassettes: read them (flowproof show CASSETTE) and commit them with their specs."
+        else:
+            last = "Review the heal diffs above and commit the cassettes."
     else:
         worst = max(failed, key=lambda r: r.exit_code)
         last = next_step(worst)

@@ -31,6 +31,7 @@ from flowproof.spec.steps import STEP_KEYS, StepWalker, check_context
 from flowproof.spec.types import (
     AgentSpec,
     FlowSpec,
+    Location,
     McpServer,
     Price,
     PromptStep,
@@ -38,7 +39,7 @@ from flowproof.spec.types import (
     ToolMock,
     VolatileRule,
 )
-from flowproof.spec.variables import has_variables
+from flowproof.spec.variables import BASE_URL_HANDLE, handle_names, has_variables
 from flowproof.spec.yamlsafe import (
     MAX_ALIASES,
     MAX_EXPANDED_CHARS,
@@ -168,8 +169,10 @@ class _Walker(StepWalker):
         self.check_duplicate_tools(tools, mcp)
 
         strict = False
+        strict_location: Location | None = None
         if "strict" in entries:
             strict = bool(self.boolean(entries["strict"][1], "`strict`"))
+            strict_location = self.loc(entries["strict"][0])
         allow_error_turns = False
         if "allow_error_turns" in entries:
             allow_error_turns = bool(self.boolean(entries["allow_error_turns"][1],
@@ -232,6 +235,7 @@ class _Walker(StepWalker):
             on_compare=on_compare,
             location=self.loc(root),
             allow_error_turns=allow_error_turns,
+            strict_location=strict_location,
             pricing=pricing,
             strict_mocks=strict_mocks,
         )
@@ -243,7 +247,7 @@ class _Walker(StepWalker):
         self.check_keys(entries, _AGENT_KEYS, "`agent`")
         command = url = None
         if "command" in entries:
-            command = self.template(entries["command"][1], "`agent.command`")
+            command = self.template(entries["command"][1], "`agent.command`", handles=True)
         if "url" in entries:
             url_node = entries["url"][1]
             url = self.template(url_node, "`agent.url`")
@@ -258,6 +262,10 @@ class _Walker(StepWalker):
                          "add `command: <how to start the agent>` or `url: <where it listens>`")
 
         env: list[tuple[str, str]] = []
+        base_url_uses: list[tuple[Node, str]] = []
+        if command is not None:
+            base_url_uses += [(entries["command"][1], h) for h in handle_names(command)
+                              if h.startswith(BASE_URL_HANDLE)]
         if "env" in entries:
             env_entries = self.mapping(entries["env"][1], "`agent.env`")
             for name, (env_key, value_node) in (env_entries or {}).items():
@@ -270,8 +278,9 @@ class _Walker(StepWalker):
                                  f'write `{name}: ""` for an empty value')
                     continue
                 value = self.text(value_node, f"`agent.env.{name}`", allow_empty=True)
-                if value is not None and self.check_variable_syntax(value_node, value):
+                if value is not None and self.check_variable_syntax(value_node, value, handles=True):
                     env.append((name, value))
+                    base_url_uses += [(value_node, h) for h in handle_names(value) if h.startswith(BASE_URL_HANDLE)]
 
         timeout = DEFAULT_TIMEOUT
         if "timeout" in entries:
@@ -292,6 +301,12 @@ class _Walker(StepWalker):
                 self.problem(route_node, f"unknown route `{value}`", suggest(value, _ROUTES))
             elif value is not None:
                 route = Route(value)
+        if route != Route.BASE_URL:
+            # A base-URL handle is the address of a reverse listener, which only that route opens.
+            for use_node, handle in base_url_uses:
+                self.problem(use_node, f"`${{{handle}}}` is a base-URL listener, which flowproof "
+                             "opens for `agent.route: base_url` only",
+                             "add `route: base_url` under `agent:`")
 
         if command is None and url is None:
             return None

@@ -121,25 +121,24 @@ class NodeWalker:
             return None
         return str(node.value)
 
-    def template(self, node: Node, what: str) -> str | None:
-        """Text that ``resolve_variables`` will fill in: its ``${`` syntax is checked now."""
+    def template(self, node: Node, what: str, *, handles: bool = False) -> str | None:
+        """Text that ``resolve_variables`` will fill in: its ``${`` syntax is checked now
+        (``handles``: ``${flowproof.…}`` handles are allowed here)."""
         value = self.text(node, what)
-        if value is not None and not self.check_variable_syntax(node, value):
+        if value is not None and not self.check_variable_syntax(node, value, handles=handles):
             return None
         return value
 
-    def check_variable_syntax(self, node: Node, value: str) -> bool:
+    def check_variable_syntax(self, node: Node, value: str, *, handles: bool = False) -> bool:
         try:
-            check_variables(value)
+            check_variables(value, handles=handles)
         except VariableSyntaxError as e:
             offset = 0
             if isinstance(node, ScalarNode):
                 origin, exact = self.text_origin(node)
                 if exact:
                     offset = origin.col - self.loc(node).col + e.offset
-            self.problem(node, str(e),
-                         "write ${NAME} (letters, digits, underscore), or $${ for a literal ${",
-                         offset)
+            self.problem(node, str(e), e.hint, offset)
             return False
         return True
 

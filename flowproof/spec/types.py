@@ -303,6 +303,8 @@ class FlowSpec:
     def secrets(self) -> tuple[SecretLeakAssertion, ...]:
         """Every ``assert_no_secret_leak`` step (they are flow-level: never inside ``in:``)."""
         return tuple(s for s in self.steps if isinstance(s, SecretLeakAssertion))
+    #: Where `strict:` is written: a strict failure points there, not at the top of the file.
+    strict_location: Location | None = field(compare=False, default=None)
 
     @property
     def prompts(self) -> tuple[PromptStep, ...]:

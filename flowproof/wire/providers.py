@@ -36,6 +36,7 @@ __all__ = [
     "ConversationVocabulary",
     "Provider",
     "allowed_headers",
+    "base_url_families",
     "base_url_vars",
     "conversation_vocabulary",
     "model_host_suffixes",
@@ -78,6 +79,15 @@ class Provider:
     base_url_host: str
     #: The variables the official clients read their base URL from.
     base_url_vars: tuple[BaseUrlVar, ...]
+    #: The name a spec gives this API's base URL for a variable of its own choosing:
+    #: ``${flowproof.base_url.<family>}`` (APIs on one base URL share it).
+    family: str
+    #: Python modules of the SDKs that speak this API (``flowproof init`` reads an agent's imports).
+    python_modules: tuple[str, ...]
+    #: npm packages of the SDKs that speak this API.
+    node_packages: tuple[str, ...]
+    #: The variable those SDKs read the key from, named in the advice to record.
+    sdk_key_var: str
     #: Every variable the official clients read this provider's key (or token) from, in the
     #: order they read them: a key in an earlier variable shadows one in a later variable.
     key_vars: tuple[str, ...]
@@ -132,6 +142,10 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/chat/completions",),
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
+        family="openai",
+        python_modules=("openai", "agents"),
+        node_packages=("openai", "@openai/agents"),
+        sdk_key_var="OPENAI_API_KEY",
         key_vars=_OPENAI_KEYS,
         placeholder_vars=_OPENAI_KEYS,
         system_roots=(),
@@ -156,6 +170,10 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/responses",),
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
+        family="openai",
+        python_modules=("openai", "agents"),
+        node_packages=("openai", "@openai/agents"),
+        sdk_key_var="OPENAI_API_KEY",
         key_vars=_OPENAI_KEYS,
         placeholder_vars=_OPENAI_KEYS,
         system_roots=("instructions",),
@@ -176,6 +194,10 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/messages",),
         base_url_host="api.anthropic.com",
         base_url_vars=(BaseUrlVar("ANTHROPIC_BASE_URL", ""),),
+        family="anthropic",
+        python_modules=("anthropic", "claude_agent_sdk"),
+        node_packages=("@anthropic-ai/sdk", "@anthropic-ai/claude-agent-sdk"),
+        sdk_key_var="ANTHROPIC_API_KEY",
         # The anthropic SDK (2.x) uses ANTHROPIC_API_KEY and ignores ANTHROPIC_AUTH_TOKEN when
         # both are set; Claude Code reads the same two, and its own login token.
         key_vars=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
@@ -206,6 +228,10 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=(":streamGenerateContent", ":generateContent"),
         base_url_host="generativelanguage.googleapis.com",
         base_url_vars=(BaseUrlVar("GOOGLE_GEMINI_BASE_URL", ""),),
+        family="gemini",
+        python_modules=("google.genai", "google.generativeai"),
+        node_packages=("@google/genai", "@google/generative-ai"),
+        sdk_key_var="GEMINI_API_KEY",
         # google-genai reads GOOGLE_API_KEY before GEMINI_API_KEY (and warns when both are set).
         key_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
         placeholder_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
@@ -257,6 +283,17 @@ def base_url_vars() -> tuple[tuple[str, BaseUrlVar], ...]:
     for p in PROVIDERS:
         for var in p.base_url_vars:
             seen.setdefault(var.name, (p.base_url_host, var))
+    return tuple(seen.values())
+
+
+def base_url_families() -> tuple[tuple[str, str, str], ...]:
+    """``(family, upstream host, path suffix)`` of every base URL, once per family: what
+    ``${flowproof.base_url.<family>}`` becomes (the reverse listener plus the suffix the
+    official client's variable carries, ``/v1`` for OpenAI)."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    for p in PROVIDERS:
+        suffix = p.base_url_vars[0].suffix if p.base_url_vars else ""
+        seen.setdefault(p.family, (p.family, p.base_url_host, suffix))
     return tuple(seen.values())
 
 

@@ -49,6 +49,30 @@ class TestText:
         assert "✓ Booking [replay]" in text and "✓ assert: reply contains booked" in text
         assert text.endswith("Nothing to do.")
 
+    def test_a_first_record_asks_for_no_heal_diff(self) -> None:
+        """After a first-ever record there is no old cassette and so no heal diff: the advice
+        says to read the new cassette, not to review a diff that does not exist."""
+        text = render_text([result(mode="record", heal_diff=None)])
+        assert "heal diff" not in text and "cassette diff" not in text
+        assert text.splitlines()[-1] == (
+            "A new cassette: read it (flowproof show booking.cassette.json) and commit it with the spec."
+        )
+
+    def test_a_re_record_asks_to_review_its_heal_diff(self) -> None:
+        text = render_text([result(mode="record", heal_diff="turn 1: create_booking flight.id: KQ311 -> KQ999")])
+        assert "heal diff (old cassette -> new recording):" in text
+        assert text.splitlines()[-1] == "Review the heal diff above and commit booking.cassette.json."
+
+    def test_several_flows_advise_by_what_was_recorded(self) -> None:
+        """Several flows: first records only (--record-missing) ask to read the new cassettes;
+        any re-record asks to review the diffs; replays alone need nothing."""
+        first = result(mode="record", heal_diff=None)
+        again = result(mode="record", heal_diff="turn 0: text: 'a' -> 'b'")
+        replayed = result()
+        assert render_text([replayed, first]).splitlines()[-1].startswith("New cassettes: read them")
+        assert render_text([first, again]).splitlines()[-1] == "Review the heal diffs above and commit the cassettes."
+        assert render_text([replayed, replayed]).splitlines()[-1] == "Nothing to do."
+
     def test_failing_step_shows_message_and_location(self) -> None:
         """A failed step shows ✗, its location and its message."""
         step = StepResult(False, "the agent has not replied", "booking.flow.yaml:9:5", "assert: reply contains booked")

@@ -48,7 +48,7 @@ class TestEveryCodecDeclaresEveryField:
         """Every field holds strings (no duplicates), and only the documented ones may be empty."""
         for field in dataclasses.fields(Provider):
             value = getattr(row, field.name)
-            if field.name in ("name", "base_url_host"):
+            if field.name in ("name", "base_url_host", "family", "sdk_key_var"):
                 assert isinstance(value, str) and value, field.name
                 continue
             assert isinstance(value, tuple), field.name
@@ -56,6 +56,7 @@ class TestEveryCodecDeclaresEveryField:
                 assert value, f"{row.name} declares no {field.name}"
             assert len(set(value)) == len(value), f"{row.name}.{field.name} repeats an entry"
         assert set(row.placeholder_vars) <= set(row.key_vars)
+        assert row.sdk_key_var in row.key_vars
 
     def test_the_empty_fields_are_the_expected_ones(self) -> None:
         """Emptiness is a fact about one API, not an omission: each exception is where the docs say."""
