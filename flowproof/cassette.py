@@ -20,7 +20,6 @@ True
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flowproof import __version__
 from flowproof.commands import GENERIC_RECORD_COMMAND
 from flowproof.errors import CassetteError, CassetteNotFoundError
 from flowproof.mcp import McpExchange, exchange_from_json, exchange_to_json
@@ -202,16 +202,10 @@ def turn_to_json(t: RecordedTurn) -> dict[str, Any]:
     }
 
 
-@functools.cache
 def _generator() -> str:
-    try:
-        # Imported here: importlib.metadata costs ~50 ms of the ~600 ms `import flowproof`
-        # (python -X importtime, best of 5), and only a cassette write needs it.
-        from importlib.metadata import version
-
-        return f"flowproof {version('flowproof')}"
-    except Exception:  # noqa: BLE001 — metadata is cosmetic; a source checkout may lack it
-        return "flowproof"
+    # The package's own version, not the installed metadata's: metadata is looked up by
+    # distribution name, and "flowproof" on PyPI is another project (docs/install.md).
+    return f"flowproof {__version__}"
 
 
 # Lone surrogates other than U+DC80..U+DCFF: they escape no byte (a JSON "\ud83d" escape

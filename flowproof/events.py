@@ -33,12 +33,14 @@ from typing import Any, ClassVar
 
 from flowproof.cassette import RecordedTurn, turn_from_json, turn_to_json
 from flowproof.errors import CassetteError
+from flowproof.witness import EgressHost, SecretLeak
 
 __all__ = [
     "ComparedEvent",
     "DivergenceEvent",
     "DoneEvent",
     "DriftEvent",
+    "EgressEvent",
     "ErrorEvent",
     "ErrorKind",
     "Event",
@@ -49,6 +51,7 @@ __all__ = [
     "ReadyEvent",
     "ReplayedTurnEvent",
     "RequestStartedEvent",
+    "SecretLeakEvent",
     "TlsFailedEvent",
     "TurnEvent",
     "UnknownEvent",
@@ -428,6 +431,36 @@ class McpRejectedEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class EgressEvent:
+    """The agent tried to reach a host (once per host and port, in every mode; docs/spec.md)."""
+
+    NAME: ClassVar[str] = "egress"
+    host: EgressHost
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, **self.host.to_json()}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> EgressEvent:
+        return cls(EgressHost.from_json(obj))
+
+
+@dataclass(frozen=True, slots=True)
+class SecretLeakEvent:
+    """A declared secret was in a request the agent sent: where it went, never its value."""
+
+    NAME: ClassVar[str] = "secret_leak"
+    leak: SecretLeak
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, **self.leak.to_json()}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> SecretLeakEvent:
+        return cls(SecretLeak.from_json(obj))
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownEvent:
     """An event this flowproof does not know (written by a newer addon): kept, never judged."""
 
@@ -452,6 +485,8 @@ Event = (
     | DoneEvent
     | McpCallEvent
     | McpRejectedEvent
+    | EgressEvent
+    | SecretLeakEvent
     | UnknownEvent
 )
 
@@ -470,6 +505,8 @@ _CLASSES: dict[str, Any] = {
         DoneEvent,
         McpCallEvent,
         McpRejectedEvent,
+        EgressEvent,
+        SecretLeakEvent,
     )
 }
 

@@ -8,11 +8,13 @@ their views, the MCP calls, the misses, the compare results, the errors, the
 TLS failures, the shutdown — and every consumer (the judge, the trajectory, the
 reports, the pytest item and fixture) reads that record instead of the log.
 
-Where the next facts go. A per-turn fact (the turn's thread or sub-agent link,
-its usage, the transport it came over) is a field of `RunTurn`, filled where
-`_Reader` builds the turn; a new event kind (egress hosts, WebSocket frames)
-is a field of `RunRecord` and one branch of `_Reader.take`. Nothing else reads
-the log, so nothing else changes.
+Where the next facts go. A per-turn fact (the transport a turn came over) is a
+field of `RunTurn`, filled where `_Reader` builds the turn; a new event kind
+(WebSocket frames) is a field of `RunRecord` and one branch of `_Reader.take`,
+as the egress and secret-leak events are (`RunRecord.witness`). Facts derived
+from turns (threads, sub-agents, usage) come from the views, through the
+trajectory built from the record. Nothing else reads the log, so nothing else
+changes.
 
 Pure: no I/O.
 """
@@ -20,7 +22,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flowproof.cassette import Cassette, RecordedTurn
@@ -32,6 +34,7 @@ from flowproof.events import (
     DivergenceEvent,
     DoneEvent,
     DriftEvent,
+    EgressEvent,
     ErrorEvent,
     ErrorKind,
     Event,
@@ -40,6 +43,7 @@ from flowproof.events import (
     McpRejectedEvent,
     ReplayedTurnEvent,
     RequestStartedEvent,
+    SecretLeakEvent,
     TlsFailedEvent,
     TurnEvent,
 )
@@ -47,6 +51,7 @@ from flowproof.mcp import McpCall
 from flowproof.model import Turn
 from flowproof.trajectory import Trajectory, build_trajectory
 from flowproof.views import turn_views
+from flowproof.witness import EgressHost, SecretLeak, Witness
 
 __all__ = [
     "EMPTY_RUN",
@@ -86,17 +91,27 @@ class RunTurn:
 
 @dataclass(frozen=True, slots=True)
 class ReplayMiss:
-    """Replay: a model request matched no recorded turn (`flowproof.divergence`)."""
+    """Replay: a model request matched no recorded turn (`flowproof.divergence`).
+
+    ``subagent`` names the sub-agent whose recorded turn the request was compared with, and
+    ``spawn_turn`` the turn that spawned it (docs/subagents.md), when it is one's."""
 
     call: str
     divergence: Divergence
     provider: str | None = None
     model: str | None = None
     ms: float | None = None
+    subagent: str | None = None
+    spawn_turn: int | None = None
 
     def render(self, record_command: str) -> str:
-        """The divergence report, ending with the command that records the cassette again."""
-        return self.divergence.render(record_command)
+        """The divergence report, ending with the command that records the cassette again
+        (and, inside a sub-agent, which one: an edit to its prompt reads as such)."""
+        text = self.divergence.render(record_command)
+        if self.subagent is not None:
+            text += (f"\nthe recorded turn {self.divergence.closest_index} it was compared with is sub-agent "
+                     f"{self.subagent}'s (spawned in turn {self.spawn_turn}): the change is inside that sub-agent")
+        return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +183,8 @@ class RunRecord:
     rejected_by_handler: tuple[str, ...] = ()
     errors: tuple[RunError, ...] = ()
     tls_failures: tuple[TlsFailure, ...] = ()
+    #: What the proxy saw beyond model calls: every host reached (once each) and every leak.
+    witness: Witness = field(default_factory=Witness)
     #: The proxy shut down cleanly (its ``done`` event).
     done: bool = False
     #: Replay and compare: the indexes of the recorded turns never requested (from ``done``).
@@ -242,6 +259,8 @@ class _Reader:
         self.rejected: list[str] = []
         self.errors: list[RunError] = []
         self.tls: list[TlsFailure] = []
+        self.hosts: dict[str, EgressHost] = {}
+        self.leaks: list[SecretLeak] = []
         self.done = False
         self.unconsumed: tuple[int, ...] = ()
         self.started: dict[str, None] = {}
@@ -271,6 +290,10 @@ class _Reader:
             self.errors.append(RunError(event.kind, event.text, event.id))
         elif isinstance(event, TlsFailedEvent):
             self.tls.append(TlsFailure(event.host, event.text))
+        elif isinstance(event, EgressEvent):
+            self.hosts.setdefault(event.host.address, event.host)
+        elif isinstance(event, SecretLeakEvent):
+            self.leaks.append(event.leak)
         elif isinstance(event, McpCallEvent):
             after = sum(1 for t in self.turns if not t.abandoned)
             self.mcp_calls.append(McpCall(event.server, event.name, event.arguments, event.answered, after))
@@ -312,6 +335,27 @@ class _Reader:
         except (KeyError, ValueError, TypeError) as err:
             self._log_error(event.id, f"the proxy logged a compare result flowproof cannot read: {err!r}")
 
+    def _placed(self, misses: tuple[Miss, ...]) -> tuple[Miss, ...]:
+        """Each model miss with the sub-agent its closest recorded turn belongs to, if any
+        (the cassette's own agents: the served turns alone may not show the spawn)."""
+        closest = [m.divergence.closest_index for m in misses if isinstance(m, ReplayMiss)]
+        if self.cassette is None or not any(i is not None for i in closest):
+            return misses
+        try:
+            views = self.views if self.views is not None else tuple(turn_views(t) for t in self.cassette.turns)
+            agents = build_trajectory(views).agents
+        except FlowproofError:
+            return misses  # a turn no codec reads: the divergence speaks for itself
+        out: list[Miss] = []
+        for miss in misses:
+            index = miss.divergence.closest_index if isinstance(miss, ReplayMiss) else None
+            number = agents.agent_of.get(index) if index is not None else None
+            if isinstance(miss, ReplayMiss) and number is not None:
+                spawned = agents.subagents[number]
+                miss = replace(miss, subagent=spawned.label(), spawn_turn=spawned.spawn_turn)
+            out.append(miss)
+        return tuple(out)
+
     def _log_error(self, call: str | None, text: str) -> None:
         self.errors.append(RunError(ErrorKind.EVENT_LOG, text, call))
 
@@ -320,11 +364,12 @@ class _Reader:
             turns=tuple(self.turns),
             mcp_calls=tuple(self.mcp_calls),
             mcp_rejected=tuple(self.mcp_rejected),
-            misses=tuple(self.misses),
+            misses=self._placed(tuple(self.misses)),
             compare=tuple(self.compare),
             rejected_by_handler=tuple(self.rejected),
             errors=tuple(self.errors),
             tls_failures=tuple(self.tls),
+            witness=Witness(tuple(self.hosts.values()), tuple(self.leaks)),
             done=self.done,
             unconsumed=self.unconsumed,
             in_flight=tuple(c for c in self.started if c not in self.ended),

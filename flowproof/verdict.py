@@ -11,10 +11,11 @@ judge here (docs/runner.md). `judge` builds the trajectory once from the
    unchecked);
 4. recorded calls never made (replay) → 3; compare: without a handler any unequal
    result (changed, extra, missing) → 4, with one any result it rejected → 4;
-5. a failed step → 1; else 0;
+5. a step the spec cannot support (a model the run called has no price) → 2;
+6. a failed step → 1; else 0;
 
 and decides what happens to a staged recording (`Verdict.recording`): rejected on
-1-5, and on a pass kept unless the caller's test failed, it holds an HTTP error
+1-6, and on a pass kept unless the caller's test failed, it holds an HTTP error
 turn the flow did not allow, or no model call went through the proxy. The steps
 are evaluated only when the ladder reaches them, exactly as a run that diverged
 reports no steps.
@@ -32,24 +33,26 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from flowproof.assertions import Mismatch, describe_assertion, evaluate
+from flowproof.assertions import AssertionResult, Mismatch, describe_assertion, evaluate
 from flowproof.cassette import Cassette
 from flowproof.cassette_check import error_turns
 from flowproof.commands import record_command as flow_record_command
 from flowproof.compare import CompareResult
+from flowproof.coverage import unused_mocks
 from flowproof.errors import (
     EXIT_AGENT,
     EXIT_ASSERTION,
     EXIT_DIVERGENCE,
     EXIT_DRIFT,
     EXIT_OK,
+    EXIT_USAGE,
 )
 from flowproof.events import ErrorKind
 from flowproof.guard import guard_evidence
-from flowproof.model import ToolCall
+from flowproof.model import ToolCall, Turn
 from flowproof.options import Mode
 from flowproof.run_record import EMPTY_RUN, Miss, MissingCalls, RunRecord
-from flowproof.spec.types import FlowSpec, ToolCallAssertion
+from flowproof.spec.types import FlowSpec, ParallelCallsAssertion, SubagentAssertion, ToolCallAssertion
 from flowproof.trajectory import MCP, Trajectory, boundary_of
 
 __all__ = [
@@ -63,7 +66,9 @@ __all__ = [
     "call_label",
     "decide_exit",
     "judge",
+    "result_line",
     "step_line",
+    "usage_summary",
 ]
 
 #: What becomes of a staged recording: kept as the cassette, kept aside as rejected, or neither.
@@ -93,6 +98,10 @@ class StepResult:
     location: str | None
     source: str
     mismatches: tuple[Mismatch, ...] = ()
+    #: The ``in:`` scope the step was checked in ("" for the whole run).
+    scope: str = ""
+    #: The failure is the spec's (exit 2), not the agent's.
+    spec_error: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +137,8 @@ class Verdict:
     trajectory: Trajectory | None = field(default=None, compare=False)
     #: The evidence behind each assert_no_tool_call (`GuardEvidence.to_json`), with the steps.
     guards: tuple[dict[str, Any], ...] = ()
+    #: The spec's mocks that never fired (`flowproof.coverage.UnusedMock.to_json`), with the steps.
+    unused_mocks: tuple[dict[str, Any], ...] = ()
     #: A kept recording's HTTP error turns (allowed by the flow), one line each.
     error_turns: tuple[str, ...] = ()
 
@@ -223,8 +234,11 @@ def decide_exit(
     # With a handler it decides (a rejection is a drift text); without one, any unequal result.
     if drifts or (not handler and any(not r.equal for r in compared)):
         return replace(result, exit_code=EXIT_DRIFT)
+    fate: RecordingFate = "reject" if mode == Mode.RECORD else "none"
+    if any(s.spec_error and not s.passed for s in checked):
+        return replace(result, exit_code=EXIT_USAGE, recording=fate)
     if not all(s.passed for s in checked):
-        return replace(result, exit_code=EXIT_ASSERTION, recording="reject" if mode == Mode.RECORD else "none")
+        return replace(result, exit_code=EXIT_ASSERTION, recording=fate)
     return replace(result, recording="keep" if mode == Mode.RECORD else "none")
 
 
@@ -239,12 +253,14 @@ def judge(
     handler: str | None = None,
     allow_error_turns: bool = False,
     test_failed: bool = False,
+    strict_mocks: bool = False,
     recording: Cassette | None = None,
 ) -> Verdict:
     """The whole verdict on one run: the trajectory (built once), the ladder with ``spec``'s
     steps and guard evidence (none without a spec), and the fate of a recording.
 
     ``test_failed``: the caller's own test failed (the fixture), so a recording is not kept.
+    ``strict_mocks``: a mock that never fired fails the run (``--strict-mocks``).
     ``recording``: the staged recording as the proxy wrote it, MCP exchanges included (an
     MCP server that refused every request is an error turn too); without it, the record's
     turns. Raises the `FlowproofError` of a turn no codec reads when the ladder reaches the steps.
@@ -253,26 +269,30 @@ def judge(
     mcp_servers = frozenset(s.name for s in spec.mcp) if spec is not None else frozenset()
     trajectory = record.trajectory(mcp_tools, mcp_servers) if record.readable() else None
     guards: list[dict[str, Any]] = []
+    unused: list[dict[str, Any]] = []
 
     def steps() -> tuple[StepResult, ...]:
         checked = trajectory if trajectory is not None else record.trajectory(mcp_tools, mcp_servers)
         if spec is None:
             return ()
         guards.extend(g.to_json() for g in guard_evidence(spec, checked))
+        unused.extend(u.to_json() for u in unused_mocks(spec, checked))
         return tuple(
             StepResult(
                 passed=r.passed,
                 message=r.message,
                 location=str(r.location) if r.location else None,
-                source=step_line(r.step),
+                source=result_line(r),
                 mismatches=r.mismatches,
+                scope=r.scope,
+                spec_error=r.spec_error,
             )
-            for r in evaluate(spec, checked)
+            for r in evaluate(spec, checked, witness=record.witness, strict_mocks=strict_mocks)
         )
 
     verdict = decide_exit(record, run, steps, mode, timeout=timeout, handler=handler)
     notes = (*verdict.notes, *record.mcp_rejected)
-    verdict = replace(verdict, trajectory=trajectory, guards=tuple(guards), notes=notes)
+    verdict = replace(verdict, trajectory=trajectory, guards=tuple(guards), unused_mocks=tuple(unused), notes=notes)
     if verdict.recording != "keep":
         return verdict
     if test_failed:
@@ -309,6 +329,28 @@ def call_label(call: ToolCall) -> str:
     return f"{call.name} (mcp)" if boundary_of(call) == MCP else str(call.name)
 
 
+def result_line(result: AssertionResult) -> str:
+    """A checked step as the report lists it (`step_line`), after the ``in:`` scope it was
+    checked in; the flow-level checks (``strict``, strict mocks) read as their option."""
+    if result.step is None:
+        line = "strict mocks" if result.message.startswith("strict mocks") else "strict: true"
+    else:
+        line = step_line(result.step)
+    return f"{result.scope}: {line}" if result.scope else line
+
+
+def usage_summary(turns: Sequence[Turn]) -> dict[str, Any]:
+    """The tokens the run's responses reported, and the turns that reported none."""
+    used = [t.response.usage for t in turns if t.response is not None and t.response.usage is not None]
+    return {
+        "input_tokens": sum(u.input_tokens for u in used),
+        "output_tokens": sum(u.output_tokens for u in used),
+        "cache_read_tokens": sum(u.cache_read_tokens for u in used),
+        "cache_write_tokens": sum(u.cache_write_tokens for u in used),
+        "turns_without_usage": [t.index for t in turns if t.response is None or t.response.usage is None],
+    }
+
+
 def step_line(step: Any) -> str:
     """A step as the report lists it, reading as what it checks: ``no call to issue_refund``
     (a bare name after ✓ would read as if the tool had been called), ``create_booking where
@@ -318,6 +360,10 @@ def step_line(step: Any) -> str:
     if isinstance(step, ToolCallAssertion):
         what = describe_assertion(step)
         return f"no call to {what}" if step.negated else what
+    if isinstance(step, SubagentAssertion):
+        return f"sub-agent {step.name}"
+    if isinstance(step, ParallelCallsAssertion):
+        return f"at once: {step.source}"
     source = getattr(step, "source", None)
     if source:
         return str(source)
@@ -363,6 +409,18 @@ class FlowResult:
     compare: tuple[CompareResult, ...] = ()
     #: Why an exit-5 flow failed, for advice that fits: "timeout", "upstream", "crash" or None.
     failure: str | None = None
+    #: Every host the agent tried to reach (`flowproof.witness.EgressHost.to_json`), any mode.
+    egress: tuple[dict[str, Any], ...] = ()
+    #: Where a declared secret went (`flowproof.witness.SecretLeak.to_json`; never the value).
+    secret_leaks: tuple[dict[str, Any], ...] = ()
+    #: The spec's mocks that never fired (`flowproof.coverage.UnusedMock.to_json`).
+    unused_mocks: tuple[dict[str, Any], ...] = ()
+    #: The sub-agents, each with its parent (`flowproof.subagents.SubAgent.to_json`).
+    subagents: tuple[dict[str, Any], ...] = ()
+    #: The sub-agent tree as indented text lines (empty without sub-agents).
+    agent_tree: tuple[str, ...] = ()
+    #: Tokens the responses reported: input, output, and the turns that reported none.
+    usage: dict[str, Any] | None = None
     #: What the proxy reported, read once (`flowproof.run_record`).
     run: RunRecord = field(default=EMPTY_RUN, compare=False, repr=False)
     #: What the agent did, built once by the judge (None when the flow never ran, or a turn

@@ -32,14 +32,15 @@ def turn_views(turn: RecordedTurn) -> Turn:
     codec = codec_by_name(turn.provider)
     request = codec.view_request(turn.request.body)
     request = with_path_fields(request, codec.path_fields(url_path(turn.request.url)))
+    body = turn.request.body
     if not turn.abandoned:
-        return Turn(index=turn.index, request=request, response=_response_view(codec, turn.response))
+        return Turn(index=turn.index, request=request, response=_response_view(codec, turn.response), body=body)
     try:
         # What arrived of an abandoned call is shown when it reads; it is never judged.
         response = _response_view(codec, turn.response)
     except WireError:
         response = None
-    return Turn(index=turn.index, request=request, response=response, abandoned=True)
+    return Turn(index=turn.index, request=request, response=response, abandoned=True, body=body)
 
 
 def request_view(provider: str, body: Any) -> RequestView | None:

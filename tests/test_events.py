@@ -133,3 +133,16 @@ class TestLenientReading:
         """A replayed turn without an integer index and its hash names the event log and what is missing."""
         with pytest.raises(CassetteError, match="event log: replayed turn '1' does not name its cassette turn"):
             parse_event(line)
+
+
+class TestWitnessEvents:
+    def test_round_trip(self) -> None:
+        from flowproof.events import EgressEvent, SecretLeakEvent, parse_events
+        from flowproof.witness import EgressHost, SecretLeak
+
+        host = EgressHost("exfil.test", 443, "other", "connect")
+        leak = SecretLeak("${T}", "exfil.test", "POST", "https://exfil.test/", "body", "a.b")
+        lines = [EgressEvent(host).to_json(), EgressEvent(host).to_json(), SecretLeakEvent(leak).to_json()]
+        assert lines[0] == {"event": "egress", "host": "exfil.test", "port": 443, "role": "other", "via": "connect"}
+        events = parse_events(lines)
+        assert events[0] == EgressEvent(host) and events[2] == SecretLeakEvent(leak)

@@ -48,6 +48,8 @@ PURE_CORE = (
     "flowproof.report.findings",
     "flowproof.report.compare",
     "flowproof.report.cassette",
+    "flowproof.scaffold",
+    "flowproof.doctor",
 )
 
 

@@ -172,3 +172,20 @@ class TestTheRest:
     def test_an_empty_log_is_an_empty_run(self):
         assert read_run([], None) == EMPTY_RUN
         assert not EMPTY_RUN.done and EMPTY_RUN.missing is None and EMPTY_RUN.trajectory().reply is None
+
+
+class TestSubagentMisses:
+    def test_a_miss_beside_a_sub_agents_turn_names_the_sub_agent(self):
+        """The cassette's own agents place a miss: an edit inside a sub-agent's prompt says so."""
+        from .agent_runs import claude_code_cassette
+
+        cassette = claude_code_cassette()
+        inside = DivergenceEvent("f", Divergence("unmatched", 3, 2).to_json())
+        outside = DivergenceEvent("g", Divergence("unmatched", 2, 1).to_json())
+        first, second = read_run([inside, outside], cassette).misses
+        assert isinstance(first, ReplayMiss) and (first.subagent, first.spawn_turn) == ("Explore #1", 0)
+        assert first.render("cmd").endswith(
+            "the recorded turn 2 it was compared with is sub-agent Explore #1's (spawned in turn 0): "
+            "the change is inside that sub-agent"
+        )
+        assert isinstance(second, ReplayMiss) and second.subagent is None and "sub-agent" not in second.render("cmd")

@@ -148,9 +148,9 @@ class Shared:
 
     def hook_failed(self, flow: http.HTTPFlow, hook: str, error: Exception) -> None:
         """A bug of ours must fail the run visibly, never let a call pass unrecorded or unmatched."""
-        text = (
-            f"flowproof failed in its {hook} hook for {redact_url(flow.request.pretty_url)}: "
-            f"{type(error).__name__}: {error}"
+        url = self.config.normalizer.mask_text(redact_url(flow.request.pretty_url))
+        text = self.config.normalizer.mask_text(
+            f"flowproof failed in its {hook} hook for {url}: {type(error).__name__}: {error}"
         )
         self.events.write(ErrorEvent(text, ErrorKind.HOOK, id=flow.id))
         log.error("hook_failed", hook=hook, flow_id=flow.id, error=type(error).__name__)

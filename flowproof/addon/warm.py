@@ -154,6 +154,12 @@ class WarmSessions:
             return
         session.run_hook("request", flow)
 
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        self._dispatch("http_connect", flow)
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        self._dispatch("requestheaders", flow)
+
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         self._dispatch("responseheaders", flow)
 

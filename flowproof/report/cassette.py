@@ -11,16 +11,15 @@ from flowproof.cassette import Cassette
 from flowproof.errors import FlowproofError
 from flowproof.heal import readable_turns, short_text
 from flowproof.report.text import indent
-from flowproof.trajectory import build_trajectory
+from flowproof.trajectory import Trajectory, build_trajectory
 
 __all__ = ["cassette_threads", "show_cassette"]
 
 
-def cassette_threads(cassette: Cassette) -> dict[int, int]:
+def cassette_threads(trajectory: Trajectory) -> dict[int, int]:
     """Turn index -> thread number, threads numbered by their first turn (as compare
     numbers them); a turn no codec reads has no thread."""
-    views = [view for _rt, view, _err in readable_turns(cassette) if view is not None]
-    threads = sorted(build_trajectory(views).threads, key=lambda t: t.first_index)
+    threads = sorted(trajectory.threads, key=lambda t: t.first_index)
     return {turn.index: number for number, thread in enumerate(threads) for turn in thread.turns}
 
 
@@ -37,7 +36,11 @@ def show_cassette(
     what exists when there is none)."""
     header = f"{path}: " if path else ""
     lines = [f"{header}{len(cassette.turns)} turn(s), route {cassette.route}, format {cassette.format}"]
-    numbers = cassette_threads(cassette)
+    trajectory = build_trajectory([v for _rt, v, _e in readable_turns(cassette) if v is not None])
+    numbers = cassette_threads(trajectory)
+    agents = trajectory.agents
+    if agents.subagents and turn is None and thread is None:
+        lines.extend(agents.lines())
     where = f"{path} " if path else "the cassette "
     if turn is not None and turn not in {rt.index for rt in cassette.turns}:
         indexes = ", ".join(str(rt.index) for rt in cassette.turns) or "none"
@@ -64,6 +67,9 @@ def show_cassette(
             continue
         lines.append(f"  model: {view.request.model or '?'}")
         lines.append(f"  thread: {numbers.get(rt.index, '?')}")
+        agent = agents.label_of(rt.index)
+        if agent is not None:
+            lines.append(f"  sub-agent: {agent}")
         lines.append(f"  roles: {' '.join(view.request.roles) or '-'}")
         if view.request.tools:
             lines.append(f"  tools offered: {', '.join(view.request.tools)}")

@@ -37,7 +37,8 @@ def result_json(result: FlowResult) -> dict[str, Any]:
         "cassette": str(result.cassette) if result.cassette else None,
         "error": result.error,
         "steps": [
-            {"passed": s.passed, "source": s.source, "message": s.message, "location": s.location}
+            {"passed": s.passed, "source": s.source, "message": s.message, "location": s.location,
+             "scope": s.scope}
             for s in result.steps
         ],
         "findings": findings(result),
@@ -59,6 +60,11 @@ def result_json(result: FlowResult) -> dict[str, Any]:
         "notes": list(result.notes),
         "guards": list(result.guards),
         "warnings": guard_warnings(result),
+        "egress": list(result.egress),
+        "secret_leaks": list(result.secret_leaks),
+        "unused_mocks": list(result.unused_mocks),
+        "subagents": list(result.subagents),
+        "usage": result.usage,
         "proxy_startup_seconds": result.startup_seconds,
         "duration_seconds": round(result.duration, 3),
         "next": next_step(result),

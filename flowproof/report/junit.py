@@ -14,7 +14,7 @@ from xml.etree import ElementTree as ET
 from flowproof.errors import EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT
 from flowproof.report.compare import junit_cases
 from flowproof.report.findings import Finding, findings
-from flowproof.report.text import guard_warnings, next_step, render_flow, tail, verdict_name
+from flowproof.report.text import guard_warnings, next_step, render_flow, tail, verdict_name, witness_lines
 from flowproof.verdict import FlowResult
 
 __all__ = ["junit_xml"]
@@ -92,7 +92,9 @@ def junit_xml(results: Sequence[FlowResult]) -> str:
                     case, kind, message=_finding_summary(finding), type=f"flowproof.{finding['kind']}"
                 )
                 extra.text = json.dumps(finding, ensure_ascii=False, indent=2, default=str)
-        out = "".join(f"warning: {w}\n" for w in warnings) + (tail(r.agent_stdout, 200) if r.agent_stdout else "")
+        seen = "".join(line.strip() + "\n" for line in witness_lines(r))
+        out = "".join(f"warning: {w}\n" for w in warnings) + seen + (
+            tail(r.agent_stdout, 200) if r.agent_stdout else "")
         if out:
             ET.SubElement(case, "system-out").text = out
         if r.agent_stderr:

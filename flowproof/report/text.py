@@ -20,6 +20,7 @@ from flowproof.errors import (
 from flowproof.options import Mode
 from flowproof.report.compare import report_lines
 from flowproof.verdict import FlowResult
+from flowproof.witness import SecretLeak
 
 __all__ = [
     "FAIL",
@@ -32,6 +33,7 @@ __all__ = [
     "summary_table",
     "tail",
     "verdict_name",
+    "witness_lines",
     "worst_exit",
 ]
 
@@ -75,7 +77,11 @@ def next_step(result: FlowResult) -> str:
     code, spec = result.exit_code, str(result.spec_path)
     if code == EXIT_OK:
         if result.mode == Mode.RECORD:
-            return f"Review the cassette diff and commit {result.cassette}."
+            if result.heal_diff is None:
+                # A first-ever record: there was no cassette, so there is no heal diff to review.
+                return (f"A new cassette: read it (flowproof show {result.cassette}) and commit it "
+                        "with the spec.")
+            return f"Review the heal diff above and commit {result.cassette}."
         return "Nothing to do."
     if code == EXIT_DIVERGENCE:
         return (
@@ -141,6 +147,7 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
             lines.append(f"  trajectory: {result.turns} model call(s); tool calls: {calls}")
             if result.reply is not None:
                 lines.append(f"  reply: {result.reply[:300]!r}")
+    lines.extend(witness_lines(result))
     for note in result.notes:
         lines.append(f"  note: {note}")
     for guard in result.guards:
@@ -163,6 +170,29 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
     if verbose and result.startup_seconds is not None:
         lines.append(f"  proxy ready in {result.startup_seconds:.2f}s; flow took {result.duration:.2f}s")
     return "\n".join(lines)
+
+
+def witness_lines(result: FlowResult) -> list[str]:
+    """What every report says whatever was asserted: the hosts the agent reached, where a
+    declared secret went (masked), the mocks that never fired, and the sub-agent tree."""
+    lines: list[str] = []
+    if result.egress:
+        hosts = ", ".join(_host_label(e) for e in result.egress)
+        lines.append(f"  hosts contacted: {hosts}")
+    for leak in result.secret_leaks:
+        lines.append(f"  secret leak: {SecretLeak.from_json(leak).describe()}")
+    for mock in result.unused_mocks:
+        lines.append(f"  unused mock: {mock.get('text')}")
+    if result.agent_tree:
+        lines.append("  sub-agents:")
+        lines.extend(f"    {line}" for line in result.agent_tree)
+    return lines
+
+
+def _host_label(egress: dict[str, Any]) -> str:
+    role = egress.get("role")
+    kind = f" ({role})" if role in ("model", "mcp") else ""
+    return f"{egress.get('host')}:{egress.get('port')}{kind}"
 
 
 def summary_table(results: Sequence[FlowResult]) -> str:
@@ -210,10 +240,15 @@ def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
     failed = [r for r in results if not r.passed]
     summary = f"{passed} of {len(results)} flow(s) passed"
     if not failed:
-        last = next_step(results[0]) if len(results) == 1 else (
-            "Nothing to do." if results and results[0].mode != Mode.RECORD
-            else "Review the cassette diffs and commit them."
-        )
+        recorded = [r for r in results if r.mode == Mode.RECORD]
+        if len(results) == 1:
+            last = next_step(results[0])
+        elif not recorded:
+            last = "Nothing to do."
+        elif all(r.heal_diff is None for r in recorded):
+            last = "New cassettes: read them (flowproof show CASSETTE) and commit them with their specs."
+        else:
+            last = "Review the heal diffs above and commit the cassettes."
     else:
         worst = max(failed, key=lambda r: r.exit_code)
         last = next_step(worst)

@@ -40,6 +40,7 @@ from flowproof.runner.env import (
     agent_env,
     default_ca_dir,
     ensure_ca,
+    handle_values,
     interpreter_first_path,
 )
 from flowproof.runner.judge import judge_flow
@@ -57,6 +58,7 @@ from flowproof.runner.proxy import FlowProxy, ProxyPool, free_port, scratch_pref
 from flowproof.runner.recording import Staging
 from flowproof.spec import load_spec, resolve_variables
 from flowproof.spec.types import AgentSpec
+from flowproof.spec.variables import resolve_handles
 from flowproof.verdict import Advice, FlowResult
 
 #: How flowproof-run words what to do about a recording it refused.
@@ -112,6 +114,8 @@ class RunOptions:
     proxies: ProxyPool | None = None
     #: The per-call log lines and the status line (`runner.progress`); None: neither.
     progress: Progress | None = None
+    #: A tools:/mcp: mock that never fired fails the flow (also `strict_mocks: true` in a spec).
+    strict_mocks: bool = False
 
 
 def run_flow(spec_path: Path | str, options: RunOptions) -> FlowResult:
@@ -229,6 +233,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                     cancelled=cancel.is_set if cancel is not None else None,
                     events=watch.source(proxy.events) if watch is not None else None,
                     replayed=replayed,
+                    written=raw_spec.agent,
                 )
             finally:
                 proxy.stop()
@@ -254,6 +259,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             handler=handler,
             timeout=timeout,
             allow_error_turns=options.allow_error_turns or spec.allow_error_turns,
+            strict_mocks=options.strict_mocks,
             startup=proxy.startup_seconds,
             before_keep=(lambda: _interrupted(cancel)) if cancel is not None else None,
         )
@@ -313,8 +319,13 @@ def _drive(
     cancelled: Callable[[], bool] | None = None,
     events: EventSource | None = None,
     replayed: Sequence[Turn] = (),
+    written: AgentSpec | None = None,
 ) -> AgentRun:
     events = events or proxy.events
+    if written is not None:
+        # `${flowproof.…}` handles (the proxy's URL, the CA, a base-URL listener) exist now.
+        handles = handle_values(proxy.url, ca, proxy.reverse_urls)
+        agent = resolve_handles(written, agent, environ, handles)
     if agent.url:
         return run_url_agent(agent.url, prompts=prompts, timeout=timeout, events=events)
     base = dict(environ)

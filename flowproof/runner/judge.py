@@ -21,7 +21,7 @@ from flowproof.model import Turn
 from flowproof.run_record import read_run
 from flowproof.runner.recording import Staging
 from flowproof.spec import FlowSpec
-from flowproof.verdict import Advice, AgentOutcome, FlowResult, call_label, judge
+from flowproof.verdict import Advice, AgentOutcome, FlowResult, call_label, judge, usage_summary
 
 __all__ = ["judge_flow"]
 
@@ -44,6 +44,7 @@ def judge_flow(
     timeout: float = 0.0,
     allow_error_turns: bool = False,
     test_failed: bool = False,
+    strict_mocks: bool = False,
     startup: float | None = None,
     duration: float = 0.0,
     before_keep: Callable[[], None] | None = None,
@@ -56,7 +57,8 @@ def judge_flow(
     recording = load_cassette(staging.path) if staging is not None and staging.path.exists() else None
     verdict = judge(
         record, agent, mode, advice=advice, spec=spec, timeout=timeout, handler=handler,
-        allow_error_turns=allow_error_turns, test_failed=test_failed, recording=recording,
+        allow_error_turns=allow_error_turns, test_failed=test_failed, strict_mocks=strict_mocks,
+        recording=recording,
     )
     trajectory = verdict.trajectory
     # What the agent did is reported once the ladder reached the steps (a diverged run's
@@ -79,6 +81,13 @@ def judge_flow(
         tool_calls=tuple(call_label(c) for c in trajectory.tool_calls) if checked and trajectory else (),
         turns=len(record.turns) if checked else 0,
         guards=verdict.guards,
+        unused_mocks=verdict.unused_mocks,
+        subagents=tuple(s.to_json() for s in trajectory.agents.subagents) if checked and trajectory else (),
+        agent_tree=tuple(trajectory.agents.lines()) if checked and trajectory else (),
+        usage=usage_summary(trajectory.turns) if checked and trajectory else None,
+        # What the proxy saw beyond model calls is reported in every mode, whatever was asserted.
+        egress=tuple(e.to_json() for e in record.witness.egress),
+        secret_leaks=tuple(leak.to_json() for leak in record.witness.leaks),
         notes=verdict.notes,
         compare=verdict.compare,
         agent_stdout=agent.stdout,

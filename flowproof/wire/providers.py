@@ -12,7 +12,9 @@ to know a provider reads it from here, never from a list of its own:
 - the reverse listeners of the base-URL route (``base_url_host``);
 - the volatile-rule refusal list of the spec loader (``system_roots``,
   ``message_roots``, ``tool_roots``, ``model_roots``, ``content_keys``);
-- the cassette header allow-list (``allowed_headers``).
+- the cassette header allow-list (``allowed_headers``);
+- the prompt-cache order the cache-prefix rule compares requests in
+  (``cache_order``, ``cache_ignored_keys``; `flowproof.wire.prefix`).
 
 Pure data: no I/O, no imports beyond the standard library. The fake model
 server in ``flowproof.testing`` deliberately keeps its own copy of these facts,
@@ -34,6 +36,7 @@ __all__ = [
     "ConversationVocabulary",
     "Provider",
     "allowed_headers",
+    "base_url_families",
     "base_url_vars",
     "conversation_vocabulary",
     "model_host_suffixes",
@@ -76,6 +79,15 @@ class Provider:
     base_url_host: str
     #: The variables the official clients read their base URL from.
     base_url_vars: tuple[BaseUrlVar, ...]
+    #: The name a spec gives this API's base URL for a variable of its own choosing:
+    #: ``${flowproof.base_url.<family>}`` (APIs on one base URL share it).
+    family: str
+    #: Python modules of the SDKs that speak this API (``flowproof init`` reads an agent's imports).
+    python_modules: tuple[str, ...]
+    #: npm packages of the SDKs that speak this API.
+    node_packages: tuple[str, ...]
+    #: The variable those SDKs read the key from, named in the advice to record.
+    sdk_key_var: str
     #: Every variable the official clients read this provider's key (or token) from, in the
     #: order they read them: a key in an earlier variable shadows one in a later variable.
     key_vars: tuple[str, ...]
@@ -95,6 +107,12 @@ class Provider:
     #: Header names (lowercase) a cassette may keep, request or response. An allow-list:
     #: a header nobody thought of cannot leak.
     allowed_headers: tuple[str, ...]
+    #: The body roots the provider's prompt cache reads, in its order: a request reuses the
+    #: cache only while it starts with the previous request's bytes in this order.
+    cache_order: tuple[str, ...]
+    #: Keys inside those roots that are not part of the cached prefix (Anthropic's
+    #: ``cache_control`` markers: Claude Code moves them to the newest message every turn).
+    cache_ignored_keys: tuple[str, ...] = ()
 
 
 # The OpenAI family: Chat Completions and Responses share hosts, base URL and keys.
@@ -124,6 +142,10 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/chat/completions",),
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
+        family="openai",
+        python_modules=("openai", "agents"),
+        node_packages=("openai", "@openai/agents"),
+        sdk_key_var="OPENAI_API_KEY",
         key_vars=_OPENAI_KEYS,
         placeholder_vars=_OPENAI_KEYS,
         system_roots=(),
@@ -135,6 +157,9 @@ PROVIDERS: tuple[Provider, ...] = (
             "function_call", "arguments",
         ),
         allowed_headers=_OPENAI_HEADERS,
+        # OpenAI caches the longest prefix of the prompt: tools, then the messages (the system
+        # and developer messages are the first of them).
+        cache_order=("tools", "messages"),
     ),
     Provider(
         name="openai-responses",
@@ -145,6 +170,10 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/responses",),
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
+        family="openai",
+        python_modules=("openai", "agents"),
+        node_packages=("openai", "@openai/agents"),
+        sdk_key_var="OPENAI_API_KEY",
         key_vars=_OPENAI_KEYS,
         placeholder_vars=_OPENAI_KEYS,
         system_roots=("instructions",),
@@ -155,6 +184,7 @@ PROVIDERS: tuple[Provider, ...] = (
             "content", "text", "role", "name", "type", "arguments", "output", "summary",
         ),
         allowed_headers=_OPENAI_HEADERS,
+        cache_order=("tools", "instructions", "input"),
     ),
     Provider(
         name="anthropic",
@@ -164,6 +194,10 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/messages",),
         base_url_host="api.anthropic.com",
         base_url_vars=(BaseUrlVar("ANTHROPIC_BASE_URL", ""),),
+        family="anthropic",
+        python_modules=("anthropic", "claude_agent_sdk"),
+        node_packages=("@anthropic-ai/sdk", "@anthropic-ai/claude-agent-sdk"),
+        sdk_key_var="ANTHROPIC_API_KEY",
         # The anthropic SDK (2.x) uses ANTHROPIC_API_KEY and ignores ANTHROPIC_AUTH_TOKEN when
         # both are set; Claude Code reads the same two, and its own login token.
         key_vars=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
@@ -177,6 +211,9 @@ PROVIDERS: tuple[Provider, ...] = (
             "result",
         ),
         allowed_headers=("content-type", "anthropic-version", "anthropic-beta"),
+        # Anthropic's prompt caching documents the prefix order: tools, system, then messages.
+        cache_order=("tools", "system", "messages"),
+        cache_ignored_keys=("cache_control",),
     ),
     Provider(
         name="gemini",
@@ -191,6 +228,10 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=(":streamGenerateContent", ":generateContent"),
         base_url_host="generativelanguage.googleapis.com",
         base_url_vars=(BaseUrlVar("GOOGLE_GEMINI_BASE_URL", ""),),
+        family="gemini",
+        python_modules=("google.genai", "google.generativeai"),
+        node_packages=("@google/genai", "@google/generative-ai"),
+        sdk_key_var="GEMINI_API_KEY",
         # google-genai reads GOOGLE_API_KEY before GEMINI_API_KEY (and warns when both are set).
         key_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
         placeholder_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
@@ -203,6 +244,9 @@ PROVIDERS: tuple[Provider, ...] = (
             "functionResponse", "function_call", "function_response", "data",
         ),
         allowed_headers=("content-type", "x-goog-api-version"),
+        # Gemini documents only that a cached context is the prompt's beginning; flowproof reads
+        # its parts in the order the other providers cache them.
+        cache_order=("tools", "systemInstruction", "system_instruction", "contents"),
     ),
 )
 
@@ -239,6 +283,17 @@ def base_url_vars() -> tuple[tuple[str, BaseUrlVar], ...]:
     for p in PROVIDERS:
         for var in p.base_url_vars:
             seen.setdefault(var.name, (p.base_url_host, var))
+    return tuple(seen.values())
+
+
+def base_url_families() -> tuple[tuple[str, str, str], ...]:
+    """``(family, upstream host, path suffix)`` of every base URL, once per family: what
+    ``${flowproof.base_url.<family>}`` becomes (the reverse listener plus the suffix the
+    official client's variable carries, ``/v1`` for OpenAI)."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    for p in PROVIDERS:
+        suffix = p.base_url_vars[0].suffix if p.base_url_vars else ""
+        seen.setdefault(p.family, (p.family, p.base_url_host, suffix))
     return tuple(seen.values())
 
 

@@ -88,3 +88,24 @@ def structured_results() -> list[FlowResult]:
     ]
 
 
+def witnessed() -> FlowResult:
+    """A flow that reached a stray host, leaked a secret (masked), left a mock unused and spawned
+    a sub-agent."""
+    return result(
+        EXIT_ASSERTION,
+        steps=(StepResult(True, "ok", None, "in subagent Explore #1: Grep", scope="in subagent Explore #1"),),
+        egress=({"host": "api.openai.com", "port": 443, "role": "model", "via": "connect"},
+                {"host": "exfil.example.test", "port": 80, "role": "other", "via": "http"}),
+        secret_leaks=({"label": "${T}", "host": "exfil.example.test", "method": "POST",
+                       "url": "http://exfil.example.test/c?t=«secret:T»", "where": "url", "path": "query",
+                       "model_call": False},),
+        unused_mocks=({"name": "search_hotels", "server": None, "has_result": True, "location": "b.flow.yaml:8:5",
+                       "text": "search_hotels (tools:, b.flow.yaml:8:5): no request carried its result"},),
+        subagents=({"number": 0, "name": "Explore", "label": "Explore #1", "family": "claude-code", "parent": None,
+                    "spawn_turn": 0, "turns": [2, 3], "result_turn": 4,
+                    "text": "Explore #1 (claude-code): spawned in turn 0, ran in turn(s) 2, 3, result in turn 4"},),
+        agent_tree=("the agent",
+                    "  └─ Explore #1 (claude-code): spawned in turn 0, ran in turn(s) 2, 3, result in turn 4"),
+        usage={"input_tokens": 10, "output_tokens": 2, "cache_read_tokens": 0, "cache_write_tokens": 0,
+               "turns_without_usage": [1]},
+    )

@@ -78,3 +78,15 @@ class TestShowPrompt:
         user_lines = [line for line in text.splitlines() if line.startswith("  user:")]
         assert user_lines == ["  user: 'Book me a flight to NBO'"]
         assert "tool result (search_flights): 'KQ311 found'" in text
+
+
+def test_show_draws_the_parent_and_its_sub_agents() -> None:
+    from ..agent_runs import claude_code_cassette
+
+    text = show_cassette(claude_code_cassette(), "cc.json")
+    lines = text.splitlines()
+    assert lines[1:3] == ["the agent",
+                          "  └─ Explore #1 (claude-code): spawned in turn 0, ran in turn(s) 2, 3, result in turn 4"]
+    turn_2 = text.split("turn 2 —", 1)[1].split("turn 3 —", 1)[0]
+    assert "  sub-agent: Explore #1" in turn_2
+    assert "sub-agent:" not in text.split("turn 1 —", 1)[1].split("turn 2 —", 1)[0]

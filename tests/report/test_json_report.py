@@ -12,7 +12,7 @@ from flowproof.assertions import MISMATCH_KINDS
 from flowproof.errors import EXIT_ASSERTION
 from flowproof.report.json_report import render_json
 
-from .helpers import compare_run, result, structured_results
+from .helpers import compare_run, result, structured_results, witnessed
 
 
 class TestJson:
@@ -98,3 +98,11 @@ class TestStructuredJson:
             jsonschema.validate(doc, REPORT_SCHEMA)
 
 
+def test_json_validates_and_carries_what_the_proxy_witnessed() -> None:
+    doc = json.loads(render_json([witnessed()]))
+    jsonschema.Draft202012Validator(REPORT_SCHEMA).validate(doc)
+    flow = doc["flows"][0]
+    assert [e["host"] for e in flow["egress"]] == ["api.openai.com", "exfil.example.test"]
+    assert flow["secret_leaks"][0]["where"] == "url" and flow["subagents"][0]["parent"] is None
+    assert flow["steps"][0]["scope"] == "in subagent Explore #1"
+    assert flow["usage"]["turns_without_usage"] == [1]

@@ -12,7 +12,7 @@ from flowproof.errors import EXIT_DIVERGENCE
 from flowproof.report.json_report import render_json
 from flowproof.report.junit import junit_xml
 
-from .helpers import compare_run, result, structured_results
+from .helpers import compare_run, result, structured_results, witnessed
 
 
 class TestJunit:
@@ -94,3 +94,9 @@ class TestStructuredJunit:
             'assertion at call 2 (create_booking), flight.id: expected equals "KQ999", actual "KQ311"',
             "assertion: expected create_booking",
         ]
+
+
+def test_junit_says_what_the_proxy_witnessed_in_system_out() -> None:
+    out = ET.fromstring(junit_xml([witnessed()]).split("\n", 1)[1]).find("testcase/system-out")
+    assert out is not None and "hosts contacted: api.openai.com:443 (model)" in (out.text or "")
+    assert "unused mock: search_hotels" in (out.text or "")

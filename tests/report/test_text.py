@@ -9,10 +9,34 @@ from flowproof.report.text import render_text, worst_exit
 from flowproof.run_record import MissingCalls
 from flowproof.verdict import StepResult
 
-from .helpers import compare_run, miss, result
+from .helpers import compare_run, miss, result, witnessed
 
 
 class TestText:
+    def test_a_first_record_asks_for_no_heal_diff(self) -> None:
+        """After a first-ever record there is no old cassette and so no heal diff: the advice
+        says to read the new cassette, not to review a diff that does not exist."""
+        text = render_text([result(mode="record", heal_diff=None)])
+        assert "heal diff" not in text and "cassette diff" not in text
+        assert text.splitlines()[-1] == (
+            "A new cassette: read it (flowproof show booking.cassette.json) and commit it with the spec."
+        )
+
+    def test_a_re_record_asks_to_review_its_heal_diff(self) -> None:
+        text = render_text([result(mode="record", heal_diff="turn 1: create_booking flight.id: KQ311 -> KQ999")])
+        assert "heal diff (old cassette -> new recording):" in text
+        assert text.splitlines()[-1] == "Review the heal diff above and commit booking.cassette.json."
+
+    def test_several_flows_advise_by_what_was_recorded(self) -> None:
+        """Several flows: first records only (--record-missing) ask to read the new cassettes;
+        any re-record asks to review the diffs; replays alone need nothing."""
+        first = result(mode="record", heal_diff=None)
+        again = result(mode="record", heal_diff="turn 0: text: 'a' -> 'b'")
+        replayed = result()
+        assert render_text([replayed, first]).splitlines()[-1].startswith("New cassettes: read them")
+        assert render_text([first, again]).splitlines()[-1] == "Review the heal diffs above and commit the cassettes."
+        assert render_text([replayed, replayed]).splitlines()[-1] == "Nothing to do."
+
     def test_passing_flow(self) -> None:
         """A passing flow shows ✓ per step and ends with 'Nothing to do.'."""
         text = render_text([result(steps=(StepResult(True, "ok", None, "assert: reply contains booked"),))])
@@ -74,3 +98,16 @@ class TestText:
         assert "2 later drift(s)" in text
         assert "replayed" not in text and "fewer model calls" not in text
 
+
+class TestWhatEveryReportSays:
+    def test_text_lists_hosts_leaks_unused_mocks_and_the_tree(self) -> None:
+        text = render_text([witnessed()])
+        assert "  hosts contacted: api.openai.com:443 (model), exfil.example.test:80" in text
+        assert ("  secret leak: ${T} went to exfil.example.test: request POST "
+                "http://exfil.example.test/c?t=«secret:T», in the URL at query") in text
+        assert "  unused mock: search_hotels (tools:, b.flow.yaml:8:5): no request carried its result" in text
+        assert "    the agent\n      └─ Explore #1 (claude-code)" in text
+
+    def test_hosts_are_listed_on_a_pass_too(self) -> None:
+        passed = result(egress=({"host": "api.openai.com", "port": 443, "role": "model", "via": "connect"},))
+        assert "hosts contacted: api.openai.com:443 (model)" in render_text([passed])
