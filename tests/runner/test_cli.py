@@ -168,8 +168,9 @@ class TestModes:
         new = write_spec(tmp_path, name="new")
         (tmp_path / "have.cassette.json").write_text(cassette_text(BOOKING_TURNS))
         # The stand-in addon writes `cassette` at shutdown to the file it was given: in record
-        # mode that is the staging file, which the runner keeps as the new cassette.
-        fake_env(events=turn_events(BOOKING_TURNS), cassette=cassette_text(BOOKING_TURNS))
+        # mode that is the staging file, which the runner keeps as the new cassette. Both flows
+        # get the same script, so its turns are live ones (a replay reads them as it would).
+        fake_env(events=turn_events(BOOKING_TURNS, "record"), cassette=cassette_text(BOOKING_TURNS))
         res = invoke(run_command, [have, new, "--record-missing", "--json"])
         assert res.exit_code == 0, res.output
         modes = {Path(f["spec"]).name: f["mode"] for f in json.loads(res.output)["flows"]}
