@@ -21,10 +21,25 @@ INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_
 
 
 def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
+    """The answer over HTTP: one JSON response object, or an SSE stream of `stream_events`."""
+    if not stream:
+        return Rendered(200, "application/json", body=pretty(stream_events(reply, ctx)[-1]["response"]))
+    events = tuple(sse(payload, event=payload["type"]) for payload in stream_events(reply, ctx))
+    return Rendered(200, "text/event-stream; charset=utf-8", events=events)
+
+
+def stream_events(reply: Reply | None, ctx: Context, *, response_id: str | None = None) -> list[dict[str, Any]]:
+    """The stream's events as JSON objects, ``response.created`` to the terminal event (whose
+    ``response`` is also the whole non-streamed answer). Over a WebSocket each is one text frame.
+
+    ``reply`` None is a warm-up (``generate: false``): a response with no output at all.
+    ``response_id`` replaces the counter id ``resp_fake_N``."""
     msg_id = ctx.ident(f"msg_fake_{ctx.n}", "msg_", "message", length=48)
-    call_ids = ctx.tool_call_ids(reply.calls, "call_fake_", "call_")
+    call_ids = ctx.tool_call_ids(reply.calls, "call_fake_", "call_") if reply is not None else []
     items: list[dict[str, Any]] = []
-    if reply.content or not reply.calls:
+    if reply is None:
+        reply = Reply.text("")
+    elif reply.content or not reply.calls:
         items.append({"id": msg_id, "type": "message", "status": "completed", "role": "assistant",
                       "content": [{"type": "output_text", "text": reply.content, "annotations": [],
                                    "logprobs": []}]})
@@ -36,10 +51,12 @@ def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
     status = "incomplete" if finish in INCOMPLETE_REASONS else "completed"
     tools = ctx.body.get("tools")
     instructions = ctx.body.get("instructions")
+    previous = ctx.body.get("previous_response_id")
+    store = ctx.body.get("store")
 
     def response(state: str, output: list[dict[str, Any]], done: bool) -> dict[str, Any]:
         return {
-            "id": ctx.ident(f"resp_fake_{ctx.n}", "resp_", "response", length=48),
+            "id": response_id or ctx.ident(f"resp_fake_{ctx.n}", "resp_", "response", length=48),
             "object": "response",
             "created_at": FIXED_CREATED,
             "status": state,
@@ -52,9 +69,9 @@ def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
             "model": ctx.model,
             "output": output,
             "parallel_tool_calls": True,
-            "previous_response_id": None,
+            "previous_response_id": previous if isinstance(previous, str) else None,
             "reasoning": {"effort": None, "summary": None},
-            "store": True,
+            "store": store if isinstance(store, bool) else True,
             "temperature": 1.0,
             "text": {"format": {"type": "text"}},
             "tool_choice": "auto",
@@ -74,13 +91,10 @@ def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
             "metadata": {},
         }
 
-    if not stream:
-        return Rendered(200, "application/json", body=pretty(response(status, items, True)))
-
-    events: list[bytes] = []
+    events: list[dict[str, Any]] = []
 
     def emit(kind: str, **data: Any) -> None:
-        events.append(sse({"type": kind, "sequence_number": len(events), **data}, event=kind))
+        events.append({"type": kind, "sequence_number": len(events), **data})
 
     emit("response.created", response=response("in_progress", [], False))
     emit("response.in_progress", response=response("in_progress", [], False))
@@ -108,7 +122,7 @@ def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
                  name=item["name"], arguments=item["arguments"])
         emit("response.output_item.done", output_index=index, item=item)
     emit(f"response.{status}", response=response(status, items, True))
-    return Rendered(200, "text/event-stream; charset=utf-8", events=tuple(events))
+    return events
 
 
 # Anthropic Messages -----------------------------------------------------------
