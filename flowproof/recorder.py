@@ -106,7 +106,7 @@ class PendingCall:
     ) -> PendingCall:
         """The call for a request; ``url`` and ``headers`` are redacted here, before anything is kept."""
         request = RecordedRequest(
-            method, redact_url(url), filter_headers(headers), prepared.sha256, prepared.body
+            method, redact_url(url), filter_headers(headers, request=True), prepared.sha256, prepared.body
         )
         return cls(codec, request)
 

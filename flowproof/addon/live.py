@@ -108,6 +108,8 @@ class LiveCalls:
             shared.map_upstream(req)
             return
         prepared = shared.prepare(flow, codec)
+        if prepared is None:
+            return
         self.calls[flow.id] = PendingCall.start(
             codec, req.method, req.pretty_url, req.headers.items(multi=True), prepared
         )

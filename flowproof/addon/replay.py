@@ -90,6 +90,8 @@ class Replay:
         # Every way out of this hook writes a flushed line (turn, divergence, or the
         # error of Replay.request), so request_started shares its write.
         prepared = shared.prepare(flow, codec, flush=False)
+        if prepared is None:
+            return
         assert shared.replayer is not None  # configure builds it for replay
         # The body is parsed only if it matches nothing (to explain the miss).
         decision = shared.replayer.decide(

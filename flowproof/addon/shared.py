@@ -16,6 +16,7 @@ from mitmproxy import http
 from flowproof.addon.eventlog import EventLog
 from flowproof.addon.options import AddonConfig
 from flowproof.commands import addon_record_command, record_command
+from flowproof.content_encoding import DecodedTooLargeError, decode_content, is_identity
 from flowproof.events import DoneEvent, ErrorEvent, RequestStartedEvent
 from flowproof.log import addon_logger
 from flowproof.mcp import McpExchange
@@ -43,11 +44,17 @@ JSON_HEADERS = {"content-type": "application/json"}
 
 
 def content_of(message: http.Message) -> bytes:
-    """The decoded body; the raw bytes when the declared content-encoding is wrong."""
+    """The decoded body (``content-encoding`` undone), the raw bytes when the declared encoding
+    is wrong. Decoding stops at `DECODED_BODY_CAP` and raises `DecodedTooLargeError`: mitmproxy's
+    own ``message.content`` would expand a compression bomb whole, in memory."""
+    raw = message.raw_content or b""
+    encoding = message.headers.get("content-encoding", "")
+    if not raw or is_identity(encoding):
+        return raw
     try:
-        return message.content or b""
+        return decode_content(raw, encoding)
     except ValueError:
-        return message.raw_content or b""
+        return raw
 
 
 def elapsed_ms(flow: http.HTTPFlow) -> float:
@@ -116,12 +123,19 @@ class Shared:
             return None
         return Detected(detect(req.method, host, path, extra), model_host)
 
-    def prepare(self, flow: http.HTTPFlow, codec: Codec, *, flush: bool = True) -> PreparedRequest:
+    def prepare(self, flow: http.HTTPFlow, codec: Codec, *, flush: bool = True) -> PreparedRequest | None:
         """The model call's hash path (`prepare_request`); the forwarded body replaces the
         request's when tool results were substituted. Logs ``request_started`` (unflushed with
-        ``flush=False``: replay writes the call's outcome in the same hook, `EventLog`)."""
+        ``flush=False``: replay writes the call's outcome in the same hook, `EventLog`).
+
+        None when the body decodes past the cap: the call is answered 413 here, never
+        forwarded, and an ``error`` event names it and the cap."""
         req = flow.request
-        raw = content_of(req)
+        try:
+            raw = content_of(req)
+        except DecodedTooLargeError as e:
+            self.refuse_too_large(flow, codec, e)
+            return None
         prepared = prepare_request(
             codec, raw, self.config.tool_results, self.config.normalizer, req.path.split("?", 1)[0]
         )
@@ -134,6 +148,18 @@ class Shared:
             req.content = prepared.forwarded
         self.events.write(RequestStartedEvent(flow.id), flush=flush)
         return prepared
+
+    def refuse_too_large(self, flow: http.HTTPFlow, codec: Codec, error: DecodedTooLargeError) -> None:
+        """Answer a call whose body decodes past the cap with a 413, and fail the run naming it."""
+        req = flow.request
+        text = (
+            f"flowproof refused the model call {req.method} {redact_url(req.pretty_url)} (flow {flow.id}): "
+            f"{error}. It was answered 413 and never forwarded."
+        )
+        flow.response = http.Response.make(413, codec.error_body(413, f"flowproof: {error}"), JSON_HEADERS)
+        self.events.write(RequestStartedEvent(flow.id), flush=False)
+        self.events.write(ErrorEvent(text, id=flow.id))
+        log.error("request_body_too_large", flow_id=flow.id, encoding=error.encoding, cap=error.cap)
 
     def map_upstream(self, req: http.Request) -> bool:
         """Point a request for a mapped host at its upstream URL; True when it was mapped."""
