@@ -17,6 +17,7 @@ from mitmproxy import http
 from mitmproxy.connection import ConnectionState
 
 from flowproof.addon.shared import Shared, content_of, elapsed_ms, log, refuse_unhandled
+from flowproof.addon.websocket import LiveSockets
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.errors import FlowproofError
 from flowproof.events import ErrorEvent, TurnEvent
@@ -74,6 +75,8 @@ class LiveCalls:
         self.shared = shared
         self.calls: dict[str, PendingCall] = {}
         self.completed = 0  # model calls completed, the next turn index
+        #: Model APIs spoken over a WebSocket (`flowproof.addon.websocket`).
+        self.sockets = LiveSockets(self)
 
     def on_turn(self, flow_id: str, turn: RecordedTurn) -> None:
         """A live call completed (its ``turn`` event is already written)."""
@@ -101,6 +104,9 @@ class LiveCalls:
         if detected is None:
             return
         req = flow.request
+        if detected.websocket is not None:
+            self.sockets.upgrade(flow, detected.websocket)
+            return
         codec = detected.codec
         if codec is None:
             # The user mapped this host (a gateway, a local model): its other traffic
@@ -183,10 +189,21 @@ class LiveCalls:
 
         mitmproxy may stop before it has noticed the client's close, so these are settled
         here exactly as ``error`` would have: complete after the terminal event, else abandoned.
+        WebSocket connections still open are settled the same way.
         """
         for flow_id, call in list(self.calls.items()):
             self.calls.pop(flow_id, None)
             self._left(flow_id, call)
+        self.sockets.finish()
+
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        self.sockets.websocket_start(flow)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        self.sockets.websocket_message(flow)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self.sockets.websocket_end(flow)
 
     def _left(self, flow_id: str, call: PendingCall, ms: float | None = None) -> None:
         turn = call.left_turn(self.completed, self.shared.config.normalizer)

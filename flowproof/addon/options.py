@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the compare engine loads only in compare mode (docs/hotpath
 __all__ = [
     "MODES",
     "ROUTES",
+    "TRANSPORTS",
     "AddonConfig",
     "CompareHandler",
     "Mode",
@@ -49,6 +50,9 @@ class Mode(StrEnum):
 
 MODES: tuple[str, ...] = tuple(m.value for m in Mode)
 ROUTES: tuple[str, ...] = ("proxy", "base_url")
+#: ``auto`` records what the agent speaks (a WebSocket included); ``http`` refuses a WebSocket
+#: upgrade to a model API with 426, so the agent falls back to HTTP (docs/design.md#websocket-upgrades).
+TRANSPORTS: tuple[str, ...] = ("auto", "http")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +136,12 @@ class AddonConfig:
     compare_handler: CompareHandler | None = None
     tool_results: Mapping[str, Any] = field(default_factory=dict)
     normalizer: Normalizer = field(default_factory=Normalizer)
+    transport: str = "auto"
+
+    @property
+    def refuses_websocket(self) -> bool:
+        """True when a WebSocket upgrade to a model API is answered 426 (``transport: http``)."""
+        return self.transport == "http"
 
     @property
     def compare_handler_name(self) -> str | None:
@@ -179,6 +189,7 @@ def build_config(values: Mapping[str, Any], environ: Mapping[str, str] | None = 
     route = values.get("route", "proxy")
     if route not in ROUTES:
         raise ValueError(f"flowproof_route: {route!r} is not one of {', '.join(ROUTES)}")
+    transport = values.get("transport") or ""
 
     upstream: dict[str, Upstream] = {}
     for item in values.get("upstream", ()) or ():
@@ -224,7 +235,13 @@ def build_config(values: Mapping[str, Any], environ: Mapping[str, str] | None = 
         if home is None:
             home = env.get("HOME") or None
 
+    # The option wins over the spec; either way a value outside the choices is refused.
+    transport = transport or (spec.transport if spec is not None else None) or "auto"
+    if transport not in TRANSPORTS:
+        raise ValueError(f"flowproof_transport: {transport!r} is not one of {', '.join(TRANSPORTS)}")
+
     return AddonConfig(
+        transport=transport,
         mode=mode,
         cassette=cassette,
         spec=spec,

@@ -38,7 +38,8 @@ class Record(LiveCalls):
         assert path is not None  # configure refuses record without a cassette
         events = self.shared.events
         cassette = Cassette(
-            tuple(self.turns), route=config.route, mcp=tuple(self.shared.mcp_exchanges)  # type: ignore[arg-type]
+            tuple(self.turns), route=config.route, mcp=tuple(self.shared.mcp_exchanges),  # type: ignore[arg-type]
+            connections=self.sockets.recorded(),
         )
         try:
             save_cassette(cassette, path)

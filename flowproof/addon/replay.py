@@ -16,6 +16,7 @@ from mitmproxy import http
 from flowproof.addon.eventlog import spliceable_json
 from flowproof.addon.hold import HOLD_HEADER, Held, HoldServer
 from flowproof.addon.shared import JSON_HEADERS, Shared, elapsed_ms, log, refuse_unhandled
+from flowproof.addon.websocket import ReplaySockets
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.events import DivergenceEvent, TurnEvent
 from flowproof.replay import Miss, codec_view
@@ -54,6 +55,8 @@ class Replay:
         self.shared = shared
         self.hold_server = HoldServer()
         self.held: set[str] = set()  # flows answered by the hold server
+        #: Model APIs spoken over a WebSocket, answered here (`flowproof.addon.websocket`).
+        self.sockets = ReplaySockets(shared, self.hold_server)
 
     def request(self, flow: http.HTTPFlow) -> None:
         try:
@@ -66,6 +69,9 @@ class Replay:
         shared = self.shared
         detected = shared.detect(flow)
         if detected is None:
+            return
+        if detected.websocket is not None:
+            self.sockets.accept(flow, detected.websocket)
             return
         codec = detected.codec
         if codec is None:
@@ -167,6 +173,12 @@ class Replay:
     def error(self, flow: http.HTTPFlow) -> None:
         # The client left a held call, as it did at record: nothing to report.
         self.held.discard(flow.id)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        self.sockets.websocket_message(flow)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self.sockets.websocket_end(flow)
 
     def done(self) -> None:
         self.hold_server.close()

@@ -24,6 +24,8 @@ from flowproof.redact import redact_url
 from flowproof.replay import Replayer
 from flowproof.request_key import PreparedRequest, prepare_request
 from flowproof.wire import Codec, detect, is_model_host, normalize_host
+from flowproof.wire.base import FrameCodec
+from flowproof.wire.frames import detect_frames
 
 __all__ = [
     "JSON_HEADERS",
@@ -34,6 +36,7 @@ __all__ = [
     "elapsed_ms",
     "log",
     "refuse_unhandled",
+    "refuse_websocket",
 ]
 
 # structlog bound to a stdlib logger, so events reach mitmproxy's log handlers
@@ -68,6 +71,16 @@ def _is_websocket_upgrade(request: http.Request) -> bool:
     return upgrade.strip().lower() == "websocket"
 
 
+def refuse_websocket(flow: http.HTTPFlow) -> None:
+    """Answer a WebSocket upgrade with 426: codex then falls back to HTTP at once (measured:
+    under a second, against about six seconds of retries after a 403 or 404)."""
+    flow.response = http.Response.make(
+        426,
+        json.dumps({"error": {"message": "flowproof: WebSocket is not supported here, use HTTP"}}),
+        {**JSON_HEADERS, "connection": "close"},
+    )
+
+
 def config_record_command(config: AddonConfig) -> str:
     """The command that records the configured cassette: ``flowproof-run`` with a spec,
     else the bare mitmdump command."""
@@ -78,11 +91,13 @@ def config_record_command(config: AddonConfig) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Detected:
-    """A request flowproof must act on: a model call (``codec``) or other traffic (``codec`` None)
-    to a model host (``model_host``) or elsewhere."""
+    """A request flowproof must act on: a model call (``codec``), a WebSocket upgrade to a
+    model API (``websocket``, its frame codec), or other traffic (both None) to a model host
+    (``model_host``) or elsewhere."""
 
     codec: Codec | None
     model_host: bool
+    websocket: FrameCodec | None = None
 
 
 class Shared:
@@ -101,7 +116,8 @@ class Shared:
 
     def detect(self, flow: http.HTTPFlow) -> Detected | None:
         """What ``flow`` is; None when flowproof has nothing to do with it (another addon
-        answered it, or it is a WebSocket upgrade to a model host, refused here)."""
+        answered it, or it is a WebSocket upgrade to a model host refused here with 426:
+        ``transport: http``, or an API flowproof cannot record over a WebSocket)."""
         if flow.response is not None or flow.error is not None:
             return None
         req = flow.request
@@ -110,15 +126,11 @@ class Shared:
         extra = self.config.extra_hosts
         model_host = is_model_host(host, extra)
         if _is_websocket_upgrade(req):
-            if model_host or detect("POST", host, path, extra) is not None:
-                # codex tries Responses-over-WebSocket first; 426 makes it fall back to HTTP at once.
-                flow.response = http.Response.make(
-                    426,
-                    json.dumps(
-                        {"error": {"message": "flowproof: WebSocket is not supported, use HTTP"}}
-                    ),
-                    {**JSON_HEADERS, "connection": "close"},
-                )
+            frames = detect_frames(host, path, extra)
+            if frames is not None and not self.config.refuses_websocket:
+                return Detected(None, model_host, websocket=frames)
+            if model_host or frames is not None or detect("POST", host, path, extra) is not None:
+                refuse_websocket(flow)
                 log.info("websocket_refused", host=host, path=path)
             return None
         return Detected(detect(req.method, host, path, extra), model_host)
@@ -136,17 +148,21 @@ class Shared:
         except DecodedTooLargeError as e:
             self.refuse_too_large(flow, codec, e)
             return None
-        prepared = prepare_request(
-            codec, raw, self.config.tool_results, self.config.normalizer, req.path.split("?", 1)[0]
-        )
+        prepared = self.prepare_body(flow.id, codec, raw, req.path.split("?", 1)[0], flush=flush)
+        if prepared.rewrite_error is None and prepared.forwarded != raw:
+            req.content = prepared.forwarded
+        return prepared
+
+    def prepare_body(self, call_id: str, codec: Codec, raw: bytes, path: str, *, flush: bool = True) -> PreparedRequest:
+        """`prepare` for a body that is not an HTTP request's (a WebSocket request frame): the
+        hash path, and ``request_started`` for ``call_id``. The caller forwards ``forwarded``."""
+        prepared = prepare_request(codec, raw, self.config.tool_results, self.config.normalizer, path)
         if prepared.rewrite_error is not None:
             # The codec cannot read the body: forward it as sent; the hash then says what it is.
             log.warning(
                 "tool_results_not_substituted", provider=codec.name, reason=prepared.rewrite_error
             )
-        elif prepared.forwarded != raw:
-            req.content = prepared.forwarded
-        self.events.write(RequestStartedEvent(flow.id), flush=flush)
+        self.events.write(RequestStartedEvent(call_id), flush=flush)
         return prepared
 
     def refuse_too_large(self, flow: http.HTTPFlow, codec: Codec, error: DecodedTooLargeError) -> None:

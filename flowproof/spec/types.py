@@ -152,6 +152,9 @@ class FlowSpec:
     location: Location = field(compare=False, default=Location("", 1, 1))
     #: The flow tests error handling: a recording whose turns hold an HTTP error status is kept.
     allow_error_turns: bool = False
+    #: ``http``: refuse a WebSocket upgrade to a model API (426) so the agent speaks HTTP;
+    #: None: record what the agent speaks (docs/spec.md, "transport").
+    transport: str | None = None
 
     @property
     def prompts(self) -> tuple[PromptStep, ...]:

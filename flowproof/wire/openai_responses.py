@@ -10,6 +10,7 @@ assembled from the item and delta events.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from flowproof.wire._json import (
     schema_size,
     substitute_outputs,
 )
+from flowproof.wire.base import Frame
 from flowproof.wire.openai_chat import openai_error_body, wants_stream
 from flowproof.wire.providers import provider
 from flowproof.wire.sse import SSEEvent
@@ -389,3 +391,48 @@ class OpenAIResponsesCodec:
 
 
 CODEC = OpenAIResponsesCodec()
+
+
+# --------------------------------------------------------------------------- over a WebSocket
+
+#: The server events that end a turn over a WebSocket: the stream's terminal events, and the
+#: ``error`` event (the API fails the request with it; codex reads its ``status``).
+_FRAME_TERMINAL = _TERMINAL | {"error"}
+
+
+class ResponsesFrames:
+    """The Responses API over a WebSocket (``GET /v1/responses`` upgraded): each client
+    ``response.create`` frame is a turn's request (codex's ``generate: false`` warm-up
+    included), the server's events up to the terminal one its answer."""
+
+    name = NAME
+
+    def matches_upgrade(self, host: str, path: str) -> bool:
+        """The Responses path, as for ``POST`` (`OpenAIResponsesCodec.matches`)."""
+        return CODEC.matches("POST", host, path)
+
+    def is_request(self, frame: Frame) -> bool:
+        return _frame_type(frame) == "response.create"
+
+    def is_terminal(self, frame: Frame) -> bool:
+        return _frame_type(frame) in _FRAME_TERMINAL
+
+    def error_frame(self, status: int, message: str) -> Frame:
+        """``{"type": "error", "status": S, "error": {…}}``: with ``status`` a client ends its
+        turn at once (codex does; without it codex waits for more)."""
+        error = json.loads(openai_error_body(status, message))["error"]
+        return Frame(text=compact_json({"type": "error", "status": status, "error": error}))
+
+
+def _frame_type(frame: Frame) -> str | None:
+    if frame.text is None or '"type"' not in frame.text:
+        return None
+    try:
+        data = json.loads(frame.text)
+    except ValueError:
+        return None
+    kind = data.get("type") if isinstance(data, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+FRAMES = ResponsesFrames()
