@@ -61,6 +61,9 @@ def _turn_strings(turn: RecordedTurn, where: str) -> Iterator[tuple[str, str]]:
             yield f"{where} response event {i} raw", event.raw
     if response.text is not None:
         yield f"{where} response text", response.text
+    for i, frame in enumerate(response.frames or ()):
+        if frame.text is not None:
+            yield f"{where} response frame {i}", frame.text
     yield from _strings(response.body, f"{where} response body")
 
 

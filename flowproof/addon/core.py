@@ -27,7 +27,7 @@ from mitmproxy.addonmanager import Loader
 from flowproof.addon.compare import Compare
 from flowproof.addon.eventlog import EventLog
 from flowproof.addon.mcp import McpBoundary
-from flowproof.addon.options import MODES, ROUTES, AddonConfig, Mode, build_config, option_values
+from flowproof.addon.options import MODES, ROUTES, TRANSPORTS, AddonConfig, Mode, build_config, option_values
 from flowproof.addon.record import Record
 from flowproof.addon.replay import Replay
 from flowproof.addon.shared import Shared, config_record_command, log
@@ -53,6 +53,7 @@ OPTION_NAMES: tuple[str, ...] = (
     "cwd",
     "home",
     "mcp",
+    "transport",
 )
 _OPTIONS = frozenset(f"flowproof_{n}" for n in (*OPTION_NAMES, "control"))
 
@@ -189,6 +190,12 @@ class Flowproof:
         loader.add_option(
             "flowproof_mcp", Sequence[str], [],
             "A spec's MCP server and its real url, as NAME=URL: its declared tools are answered here.",
+        )
+        loader.add_option(
+            "flowproof_transport", str, "auto",
+            "auto records what the agent speaks, a WebSocket included; http answers a WebSocket "
+            "upgrade to a model API with 426, so the agent speaks HTTP (default: the spec's transport).",
+            choices=TRANSPORTS,
         )
         loader.add_option(
             "flowproof_control", str, "",

@@ -189,6 +189,7 @@ def build_config(values: Mapping[str, Any], environ: Mapping[str, str] | None = 
     route = values.get("route", "proxy")
     if route not in ROUTES:
         raise ValueError(f"flowproof_route: {route!r} is not one of {', '.join(ROUTES)}")
+    # mitmproxy's default is "auto"; a spec's `transport: http` then still applies.
     transport = values.get("transport") or ""
 
     upstream: dict[str, Upstream] = {}
@@ -236,7 +237,9 @@ def build_config(values: Mapping[str, Any], environ: Mapping[str, str] | None = 
             home = env.get("HOME") or None
 
     # The option wins over the spec; either way a value outside the choices is refused.
-    transport = transport or (spec.transport if spec is not None else None) or "auto"
+    if transport in ("", "auto") and spec is not None and spec.transport is not None:
+        transport = spec.transport
+    transport = transport or "auto"
     if transport not in TRANSPORTS:
         raise ValueError(f"flowproof_transport: {transport!r} is not one of {', '.join(TRANSPORTS)}")
 

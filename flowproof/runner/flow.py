@@ -106,6 +106,8 @@ class RunOptions:
     proxy_port: int = 0
     timeout: float | None = None
     compare_handler: str | None = None
+    #: ``http``: refuse WebSocket upgrades to model APIs for every flow (``--transport http``).
+    transport: str | None = None
     ca_dir: Path | None = None
     environ: Mapping[str, str] | None = None
     addon_script: Path | None = None
@@ -257,6 +259,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 port=options.proxy_port,
                 reverse_hosts=REVERSE_HOSTS if agent.route == "base_url" else (),
                 compare_handler=handler,
+                transport=options.transport,
                 addon_script=options.addon_script,
                 # Portable paths are the agent's: a HOME set in `agent.env` wins over the runner's.
                 home=dict(agent.env).get("HOME") or environ.get("HOME"),

@@ -58,6 +58,8 @@ class ProxySettings:
     port: int = 0
     reverse_hosts: tuple[str, ...] = ()
     compare_handler: str | None = None
+    #: ``http``: the proxy refuses WebSocket upgrades to model APIs (426); None: the spec decides.
+    transport: str | None = None
     addon_script: Path | None = None
     extra_args: tuple[str, ...] = ()
     #: The agent's own HOME and working directory, made portable in cassettes (`«home»`,
@@ -143,6 +145,8 @@ def build_command(settings: ProxySettings, script: Path, reverse_ports: dict[str
         args += ["--set", f"flowproof_extra_hosts={host}"]
     if settings.compare_handler:
         args += ["--set", f"flowproof_compare_handler={settings.compare_handler}"]
+    if settings.transport:
+        args += ["--set", f"flowproof_transport={settings.transport}"]
     if settings.home:
         args += ["--set", f"flowproof_home={settings.home}"]
     if settings.cwd is not None:

@@ -111,6 +111,7 @@ def session_request(settings: ProxySettings) -> dict[str, Any]:
         "upstream": list(settings.upstream),
         "extra_hosts": list(settings.extra_hosts),
         "compare_handler": settings.compare_handler or "",
+        "transport": settings.transport or "",
         "home": settings.home or "",
         "cwd": str(settings.cwd) if settings.cwd is not None else "",
         "mcp": mcp,

@@ -134,6 +134,24 @@ class TestRecord:
                 proxy.kill()
         assert not upstream_done and sent < total, f"the client got its first frame after {sent} of {total}"
 
+    def test_transport_http_refuses_the_upgrade_with_426(self, tmp_path: Path, ca_bundle: tuple[Path, Path]) -> None:
+        """The opt-out: the upgrade never reaches the upstream and the agent must speak HTTP."""
+        confdir, bundle = ca_bundle
+        cassette = tmp_path / "http.cassette.json"
+        with FakeModelServer(list(SCRIPT)) as server:
+            proxy = start_mitmdump(tmp_path, confdir, "flowproof_mode=record", f"flowproof_cassette={cassette}",
+                                   f"flowproof_upstream=api.openai.com={server.url}", "flowproof_transport=http",
+                                   name="http")
+            try:
+                with pytest.raises(Exception) as refused:  # noqa: B017 — websockets' handshake error
+                    _connect(proxy, bundle).enter()
+                assert proxy.stop() == 0
+            finally:
+                proxy.kill()
+            assert server.requests == []
+        assert "426" in str(refused.value)
+        assert load_cassette(cassette).connections == ()
+
     def test_a_client_that_leaves_mid_answer_abandoned_its_turn(
         self, tmp_path: Path, ca_bundle: tuple[Path, Path]
     ) -> None:

@@ -36,6 +36,7 @@ class FakeFlowproof:
         loader.add_option("flowproof_route", str, "proxy", "route")
         loader.add_option("flowproof_report", str, "", "report")
         loader.add_option("flowproof_compare_handler", str, "", "handler")
+        loader.add_option("flowproof_transport", str, "auto", "transport")
 
     def _emit(self, event: dict) -> None:
         if not ctx.options.flowproof_report:

@@ -93,6 +93,12 @@ class TestBuildCommand:
         assert "flowproof_upstream=api.openai.com=http://127.0.0.1:1" in argv
         assert f"flowproof_spec={tmp_path / 's.yaml'}" in argv
         assert "--mode" not in argv
+        assert not any(a.startswith("flowproof_transport=") for a in argv)  # the spec decides
+
+    def test_transport_http_reaches_the_addon(self, tmp_path: Path, ca_dir: Path) -> None:
+        """--transport http: the proxy refuses WebSocket upgrades for this flow."""
+        argv = build_command(settings(tmp_path, ca_dir, transport="http"), FAKE_ADDON, {})
+        assert "flowproof_transport=http" in argv
 
     def test_record_is_not_lazy_and_reverse_adds_modes(self, tmp_path: Path, ca_dir: Path) -> None:
         """Record keeps the default strategy and each reverse host gets its own listener."""

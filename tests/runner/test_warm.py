@@ -105,6 +105,7 @@ class TestSessionRequest:
         assert message["options"]["mcp"] == ["files=http://127.0.0.1:8931/mcp"]
         assert message["options"]["upstream"] == ["api.openai.com=http://h:1"]
         assert message["options"]["cassette"] == str(s.cassette)
+        assert message["options"]["transport"] == ""  # the spec's transport applies
         assert message["env"]["MCP_URL"] == "http://127.0.0.1:9/mcp"
 
 
