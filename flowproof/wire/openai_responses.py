@@ -10,6 +10,7 @@ assembled from the item and delta events.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -310,6 +311,7 @@ class OpenAIResponsesCodec:
             stream=data.get("stream") is True,
             text_size=size,
             prompt=prompt,
+            previous_response_id=optional_str(data.get("previous_response_id")),
         )
 
     def parse_response(self, body: bytes) -> ResponseView:
@@ -326,8 +328,9 @@ class OpenAIResponsesCodec:
         status = data.get("status", "completed")
         view = _view(output, status, data.get("incomplete_details"), model)
         if data.get("status") == "failed":
-            return _error_view(data.get("error"), model, view.text, view.tool_calls)
-        return view
+            view = _error_view(data.get("error"), model, view.text, view.tool_calls)
+        # The id a later request continues from (previous_response_id): threads follow it.
+        return dataclasses.replace(view, response_id=optional_str(data.get("id")))
 
     def parse_events(self, events: Sequence[SSEEvent]) -> ResponseView:
         """Assemble a Responses stream: the terminal event's response, else the deltas."""

@@ -34,8 +34,12 @@ def view_to_json(view: RequestView | ResponseView) -> dict[str, Any]:
             "finish_reason": view.finish_reason.value,
             "raw_finish_reason": view.raw_finish_reason,
             "model": view.model,
+            # Only where the API has one (Responses): the other providers' files do not list it.
+            **({"response_id": view.response_id} if view.response_id is not None else {}),
         }
     out = dataclasses.asdict(view)
+    if view.previous_response_id is None:
+        out.pop("previous_response_id")
     out["tools"] = list(view.tools)
     out["roles"] = list(view.roles)
     out["tool_results"] = [dataclasses.asdict(r) for r in view.tool_results]
