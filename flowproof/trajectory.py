@@ -5,7 +5,8 @@ threads by system prompt, the thread with the most turns is the conversation the
 flow is about, a tie goes to the thread carrying the most request text. A request
 that continues a conversation by id (the Responses API's ``previous_response_id``,
 which then carries only the new input, as codex sends it) belongs to the thread of
-the turn whose response it names (`Chains`). A side
+the turn whose response it names (`Chains`); when that turn had no system prompt (a
+warm-up), the continuation's own system prompt names the thread. A side
 conversation (a concurrent title-generation call with its own system prompt)
 can therefore land before or after the main turns without changing the reply.
 
@@ -190,8 +191,12 @@ class Chains:
         parent = self._by_response.get(request.previous_response_id or "")
         if parent is None:
             return Place(thread_key(request), len(request.roles))
+        # A parent without a system prompt (codex's warm-up: no input at all) lends none: the
+        # first continuation that brings one starts that prompt's thread, on both sides of a
+        # compare alike, since a live call is placed before its chain has gone further.
+        key = parent.key or thread_key(request)
         # +1 for the parent's answer, which the continuation no longer carries.
-        return Place(parent.key, parent.depth + 1 + len(request.roles))
+        return Place(key, parent.depth + 1 + len(request.roles))
 
     def add(self, turn: Turn) -> Place:
         """The turn's place; its response id now names that place for later continuations."""

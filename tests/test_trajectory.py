@@ -286,6 +286,18 @@ class TestContinuationsById:
         assert trajectory.reply == "Booked KQ311."
         assert len(trajectory.threads) == 2
 
+    def test_a_warm_up_without_instructions_lends_no_thread(self) -> None:
+        """codex 0.171.0's warm-up carries no input; its first real turn brings the instructions."""
+        trajectory = build_trajectory([
+            self.turn(0, "", "", rid="warm"),
+            self.turn(1, MAIN_SYSTEM, "Searching.", rid="r1", previous="warm"),
+            self.turn(2, "", "Booked.", rid="r2", previous="r1"),
+            self.turn(3, TITLE_SYSTEM, "Title", rid="t1", size=5000),
+        ])
+        assert trajectory.main is not None and trajectory.main.system == MAIN_SYSTEM
+        assert [t.index for t in trajectory.main.turns] == [1, 2] and trajectory.reply == "Booked."
+        assert [th.system for th in trajectory.threads] == ["", MAIN_SYSTEM, TITLE_SYSTEM]
+
     def test_an_unknown_previous_response_keeps_its_own_thread(self) -> None:
         trajectory = build_trajectory([self.turn(0, MAIN_SYSTEM, "a", rid="r0"),
                                        self.turn(1, "", "b", rid="r1", previous="elsewhere")])
