@@ -156,6 +156,7 @@ class LiveCalls:
             return
         turn = call.turn(self.completed, recorded)
         self.completed += 1
+        self.shared.learn_calls(turn)
         # Compare logs the live turn too: the runner checks the spec against the live trajectory.
         self.shared.events.write(TurnEvent(flow.id, self.mode, turn, elapsed_ms(flow)))
         self.on_turn(flow.id, turn)

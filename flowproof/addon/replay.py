@@ -128,6 +128,7 @@ class Replay:
             )
             return
         turn = decision.turn
+        shared.learn_calls(turn)
         # The request hashed to the recorded body's sha256, so its bytes are that body's JSON:
         # the turn line carries them instead of serializing the body again (EventLog).
         request_json = (

@@ -15,8 +15,10 @@ from mitmproxy import http
 
 from flowproof.addon.eventlog import EventLog
 from flowproof.addon.options import AddonConfig
+from flowproof.cassette import RecordedTurn, turn_views
 from flowproof.commands import addon_record_command, record_command
 from flowproof.content_encoding import DecodedTooLargeError, decode_content, is_identity
+from flowproof.errors import FlowproofError
 from flowproof.events import DoneEvent, ErrorEvent, RequestStartedEvent
 from flowproof.log import addon_logger
 from flowproof.mcp import McpExchange
@@ -109,6 +111,21 @@ class Shared:
         self.events = EventLog(self.config.report)
         #: MCP exchanges recorded by the MCP concern, saved by `Record` beside the turns.
         self.mcp_exchanges: list[McpExchange] = []
+        #: Tool names by call id, from the responses seen so far (`learn_calls`): a continuation
+        #: by id answers a call it does not carry, and the spec's tool results must still apply.
+        self.call_names: dict[str, str] = {}
+
+    def learn_calls(self, turn: RecordedTurn) -> None:
+        """Remember the tool calls a turn's response asked for (only when the spec mocks tools)."""
+        if not self.config.tool_results or turn.response is None:
+            return
+        try:
+            view = turn_views(turn).response
+        except FlowproofError:
+            return  # an unreadable response names no call
+        for call in view.tool_calls if view is not None else ():
+            if call.call_id:
+                self.call_names[call.call_id] = call.name
 
     def record_command(self) -> str:
         """The command that records this cassette (see `config_record_command`)."""
@@ -156,7 +173,9 @@ class Shared:
     def prepare_body(self, call_id: str, codec: Codec, raw: bytes, path: str, *, flush: bool = True) -> PreparedRequest:
         """`prepare` for a body that is not an HTTP request's (a WebSocket request frame): the
         hash path, and ``request_started`` for ``call_id``. The caller forwards ``forwarded``."""
-        prepared = prepare_request(codec, raw, self.config.tool_results, self.config.normalizer, path)
+        prepared = prepare_request(
+            codec, raw, self.config.tool_results, self.config.normalizer, path, self.call_names
+        )
         if prepared.rewrite_error is not None:
             # The codec cannot read the body: forward it as sent; the hash then says what it is.
             log.warning(

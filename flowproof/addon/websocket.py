@@ -187,6 +187,7 @@ class LiveSockets:
         owner = self.owner
         turn = call.turn(owner.completed, self.shared.config.normalizer)
         owner.completed += 1
+        self.shared.learn_calls(turn)
         slot.turn = turn.index
         ms = round((time.time() - conn.started) * 1000, 1)
         self.shared.events.write(TurnEvent(conn.call_id, owner.mode, turn, ms))
@@ -300,6 +301,7 @@ class ReplaySockets:
             log.warning("websocket_request_unmatched", flow_id=flow.id, kind=divergence.kind)
             return
         turn = decision.turn
+        shared.learn_calls(turn)
         request_json = spliceable_json(prepared.normalized) if isinstance(turn.request.body, dict | list) else None
         self._send(flow, self._recorded_frames(turn))
         shared.events.write(TurnEvent(call_id, "replay", turn, ms), request_json=request_json)

@@ -53,8 +53,14 @@ class Codec(Protocol):
         key and the divergence report cover them like the body."""
         ...
 
-    def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
+    def rewrite_tool_results(
+        self, body: bytes, results: Mapping[str, Any], call_names: Mapping[str, str] | None = None
+    ) -> bytes:
         """Replace the content of every tool result whose tool name is in ``results``.
+
+        ``call_names`` (call id -> tool name, from earlier responses) names the calls a body
+        answers without carrying them: a Responses continuation by ``previous_response_id``
+        sends only the tool output. APIs whose requests carry the calls ignore it.
 
         Deterministic: the same input gives the same bytes. When nothing is
         replaced the body is returned unchanged (the same bytes object content).

@@ -373,15 +373,22 @@ class OpenAIResponsesCodec:
         """Nothing: the body names the model."""
         return {}
 
-    def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
-        """Replace ``output`` of every ``function_call_output`` item whose tool is in ``results``."""
+    def rewrite_tool_results(
+        self, body: bytes, results: Mapping[str, Any], call_names: Mapping[str, str] | None = None
+    ) -> bytes:
+        """Replace ``output`` of every ``function_call_output`` item whose tool is in ``results``;
+        a call the body does not carry (a continuation by id) is named by ``call_names``."""
         if not results:
             return body
         data = load_json_body(NAME, body, "request body")
         if isinstance(data.get("input"), str):
             return body  # a plain prompt carries no tool outputs
         items = _items(data)
-        changed = substitute_outputs(items, _walk_outputs(items), "output", results)
+        outputs = [
+            (i, call_id, name or (call_names or {}).get(call_id or ""))
+            for i, call_id, name in _walk_outputs(items)
+        ]
+        changed = substitute_outputs(items, outputs, "output", results)
         return dump_body(data) if changed else body
 
     def error_body(self, status: int, message: str) -> bytes:

@@ -200,6 +200,58 @@ class TestRecord:
         assert [e["event"] for e in events if e["event"] in ("turn", "divergence", "error")] == ["turn"]
 
 
+    def test_a_server_that_drops_the_connection_mid_answer_is_an_error_not_a_turn(
+        self, tmp_path: Path, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        confdir, bundle = ca_bundle
+        cassette = tmp_path / "cut.cassette.json"
+        with FakeModelServer([Reply.text("a b c d", cut_after=2)]) as server:
+            proxy = start_mitmdump(tmp_path, confdir, "flowproof_mode=record", f"flowproof_cassette={cassette}",
+                                   f"flowproof_upstream=api.openai.com={server.url}", name="cut")
+            try:
+                with pytest.raises(Exception):  # noqa: B017 — the SDK's error for a dropped socket
+                    with _connect(proxy, bundle) as conn:
+                        _turn(conn, model="gpt-x", input="hi")
+                assert proxy.stop() == 0
+                errors = proxy.events("error")
+            finally:
+                proxy.kill()
+        assert load_cassette(cassette).turns == ()
+        [error] = errors
+        assert "the model call on the WebSocket to wss://api.openai.com/v1/responses failed" in error["text"]
+
+    def test_a_spec_tool_result_replaces_the_one_in_the_request_frame(
+        self, tmp_path: Path, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        """`tools:` results apply to frames as to HTTP bodies: forwarded, recorded and matched."""
+        confdir, bundle = ca_bundle
+        spec = tmp_path / "weather.flow.yaml"
+        spec.write_text("name: weather\nagent:\n  command: agent\ntools:\n  - name: get_weather\n"
+                        "    result: {forecast: rain}\nsteps:\n  - prompt: weather?\n")
+        cassette = tmp_path / "tools.cassette.json"
+        with FakeModelServer(list(SCRIPT)) as server:
+            proxy = start_mitmdump(tmp_path, confdir, "flowproof_mode=record", f"flowproof_cassette={cassette}",
+                                   f"flowproof_spec={spec}", f"flowproof_upstream=api.openai.com={server.url}",
+                                   name="tools")
+            try:
+                weather_agent(proxy, bundle)
+                assert proxy.stop() == 0
+            finally:
+                proxy.kill()
+            forwarded = server.model_requests[2].json["input"][0]["output"]
+        assert forwarded == '{"forecast":"rain"}'  # the agent's own "sunny" never left the proxy
+        assert load_cassette(cassette).turns[2].request.body["input"][0]["output"] == forwarded
+        proxy = start_mitmdump(tmp_path, confdir, "flowproof_mode=replay", f"flowproof_cassette={cassette}",
+                               f"flowproof_spec={spec}", name="tools-replay")
+        try:
+            ends = weather_agent(proxy, bundle)
+            assert proxy.stop() == 0
+            kinds = [e["event"] for e in proxy.events() if e["event"] in ("turn", "divergence", "error")]
+        finally:
+            proxy.kill()
+        assert kinds == ["turn"] * 3 and ends[-1].response.output_text == "It is sunny in Paris."
+
+
 class TestReplay:
     def test_replay_answers_every_turn_with_no_upstream_twice(
         self, tmp_path: Path, ca_bundle: tuple[Path, Path], recorded: tuple[Path, list[Any], FakeModelServer]

@@ -433,3 +433,12 @@ class TestContinuationIds:
         assert CODEC.parse_events(streamed).response_id == "resp_7"
         failed = {**whole, "status": "failed", "error": {"code": "server_error", "message": "x"}}
         assert CODEC.parse_response(json.dumps(failed).encode()).response_id == "resp_7"
+
+    def test_a_continuation_tool_output_is_mocked_through_the_known_call_names(self) -> None:
+        """The call is in the previous response, not the body: its name comes from call_names."""
+        body = json.dumps({"model": "m", "previous_response_id": "resp_1", "input": [
+            {"type": "function_call_output", "call_id": "call_9", "output": "sunny"}]}).encode()
+        assert CODEC.rewrite_tool_results(body, {"get_weather": {"f": "rain"}}) == body
+        rewritten = json.loads(CODEC.rewrite_tool_results(body, {"get_weather": {"f": "rain"}},
+                                                          {"call_9": "get_weather"}))
+        assert rewritten["input"][0]["output"] == '{"f":"rain"}'
