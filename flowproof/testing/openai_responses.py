@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from flowproof.testing.base import (
@@ -37,9 +38,12 @@ def stream_events(reply: Reply | None, ctx: Context, *, response_id: str | None 
     msg_id = ctx.ident(f"msg_fake_{ctx.n}", "msg_", "message", length=48)
     call_ids = ctx.tool_call_ids(reply.calls, "call_fake_", "call_") if reply is not None else []
     items: list[dict[str, Any]] = []
+    warm_up = reply is None
     if reply is None:
         reply = Reply.text("")
-    elif reply.content or not reply.calls:
+    if reply.reasoning is not None:
+        items.append(_reasoning_item(reply.reasoning, ctx))
+    if not warm_up and (reply.content or not reply.calls):
         items.append({"id": msg_id, "type": "message", "status": "completed", "role": "assistant",
                       "content": [{"type": "output_text", "text": reply.content, "annotations": [],
                                    "logprobs": []}]})
@@ -99,7 +103,9 @@ def stream_events(reply: Reply | None, ctx: Context, *, response_id: str | None 
     emit("response.created", response=response("in_progress", [], False))
     emit("response.in_progress", response=response("in_progress", [], False))
     for index, item in enumerate(items):
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            emit("response.output_item.added", output_index=index, item={**item, "summary": []})
+        elif item["type"] == "message":
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             emit("response.output_item.added", output_index=index,
                  item={**item, "status": "in_progress", "content": []})
@@ -123,6 +129,16 @@ def stream_events(reply: Reply | None, ctx: Context, *, response_id: str | None 
         emit("response.output_item.done", output_index=index, item=item)
     emit(f"response.{status}", response=response(status, items, True))
     return events
+
+
+def _reasoning_item(summary: str, ctx: Context) -> dict[str, Any]:
+    """A reasoning item; with ``encrypted_content`` when the request asked for it (``include``)."""
+    item: dict[str, Any] = {"id": ctx.ident(f"rs_fake_{ctx.n}", "rs_", "reasoning", length=48),
+                            "type": "reasoning", "summary": [{"type": "summary_text", "text": summary}]}
+    include = ctx.body.get("include")
+    if isinstance(include, list) and "reasoning.encrypted_content" in include:
+        item["encrypted_content"] = "gAAAAA" + base64.b64encode(f"fake-reasoning:{ctx.n}:{summary}".encode()).decode()
+    return item
 
 
 # Anthropic Messages -----------------------------------------------------------

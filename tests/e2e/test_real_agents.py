@@ -332,7 +332,8 @@ def codex_recording(
     place = Place.fresh(tmp_path_factory.mktemp("codex-record"), "work", "project")
     spec = codex_spec(place.project, real_agents["codex"], transport="http")
     server = FakeModelServer([
-        Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}),
+        # store: false: codex asks for encrypted reasoning and sends it back with the next call.
+        Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}, reasoning="Run the command."),
         Reply.text(CODEX_REPLY),
     ])
     with server:
@@ -374,6 +375,9 @@ class TestCodexOverHttp:
         assert [t["request"]["url"] for t in turns] == ["https://api.openai.com/v1/responses"] * 2
         output = [i for i in turns[1]["request"]["body"]["input"] if i.get("type") == "function_call_output"]
         assert len(output) == 1 and output[0]["output"].endswith(f"Output:\n{TOOL_MARKER}\n")
+        # store: false: the encrypted reasoning of the first answer travels back, and replays.
+        [reasoning] = [i for i in turns[1]["request"]["body"]["input"] if i.get("type") == "reasoning"]
+        assert reasoning["encrypted_content"].startswith("gAAAAA")
         assert output[0]["output"].startswith("Chunk ID: «volatile:chunk_id»\nWall time: «volatile:wall_time» seconds")
         text = codex_recording.cassette.decode()
         for hole in ("prompt_cache_key", "client_metadata", "item_id", "create_time", "turn_id", "current_date"):
@@ -435,7 +439,7 @@ def codex_ws_recording(
     place = Place.fresh(tmp_path_factory.mktemp("codex-ws-record"), "work", "project")
     spec = codex_spec(place.project, real_agents["codex"])
     server = FakeModelServer([
-        Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}),
+        Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}, reasoning="Run the command."),
         Reply.text(CODEX_REPLY),
     ])
     with server:
@@ -476,6 +480,9 @@ class TestCodexOverWebSocket:
             (0, "WEBSOCKET", "wss://api.openai.com/v1/responses")] * 3
         assert cassette["connections"][0]["transcript"] == [{"turn": 0}, {"turn": 1}, {"turn": 2}]
         assert [json.loads(t["response"]["frames"][-1]["text"])["type"] for t in turns] == ["response.completed"] * 3
+        # The encrypted reasoning is in the recorded answer; the continuation does not resend it.
+        done = json.loads(turns[1]["response"]["frames"][-1]["text"])["response"]
+        assert done["output"][0]["type"] == "reasoning" and done["output"][0]["encrypted_content"]
         output = turns[2]["request"]["body"]["input"][0]["output"]
         assert output.startswith("Chunk ID: «volatile:chunk_id»") and output.endswith(f"Output:\n{TOOL_MARKER}\n")
         text = recording.cassette.decode()
@@ -530,7 +537,8 @@ class TestCodexOverWebSocket:
         place = Place.fresh(tmp_path, "project")
         spec = copy_flow(recording.spec, place.project)
         with FakeModelServer([
-            Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}), Reply.text(CODEX_REPLY),
+            Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}, reasoning="Run the command."),
+            Reply.text(CODEX_REPLY),
         ]) as server:
             compared = run(
                 flowproof, place, spec, "--compare", "--json", "--upstream", f"api.openai.com={server.url}",

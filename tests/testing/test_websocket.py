@@ -179,3 +179,28 @@ class TestCompressedRequests:
                                    headers={"content-type": "application/json", "content-encoding": "zstd"})
         assert response.status_code == 400 and "could not read the request body" in response.text
         assert server.remaining == 1
+
+
+class TestEncryptedReasoning:
+    def test_a_store_false_client_gets_encrypted_reasoning_and_sends_it_back(self) -> None:
+        """With include reasoning.encrypted_content the reasoning item carries it; a client that
+        does not store state sends the item back in its next request, as codex does over HTTP."""
+        script = [Reply.tool_call("get_weather", {"city": "Paris"}, reasoning="Look it up."), Reply.text("Sunny.")]
+        with FakeModelServer(script) as server:
+            client = _client(server)
+            first = client.responses.create(model="m", input="weather?", store=False,
+                                            include=["reasoning.encrypted_content"])
+            reasoning, call = first.output
+            assert reasoning.type == "reasoning" and reasoning.summary[0].text == "Look it up."
+            assert reasoning.encrypted_content and reasoning.encrypted_content.startswith("gAAAAA")
+            again = client.responses.create(model="m", store=False, include=["reasoning.encrypted_content"], input=[
+                {"type": "message", "role": "user", "content": "weather?"},
+                reasoning.model_dump(exclude_none=True), call.model_dump(exclude_none=True),
+                {"type": "function_call_output", "call_id": call.call_id, "output": "sun"}])
+            plain = FakeModelServer([Reply.text("x", reasoning="r")])
+        assert again.output_text == "Sunny."
+        sent = server.model_requests[1].json["input"][1]
+        assert sent["encrypted_content"] == reasoning.encrypted_content
+        with plain, _client(plain).responses.connect() as conn:
+            [item, _] = _turn(conn, model="m", input="hi")[-1].response.output
+        assert item.type == "reasoning" and item.encrypted_content is None  # not asked for
