@@ -21,6 +21,7 @@ from typing import Any
 
 from flowproof.cassette import Cassette, RecordedTurn, turn_views
 from flowproof.errors import CassetteError, FlowproofError
+from flowproof.wire.frames import frame_codec_by_name
 
 __all__ = ["check_cassette", "error_turns"]
 
@@ -95,9 +96,18 @@ def check_cassette(cassette: Cassette, path: Path | str) -> None:
 
 
 def error_turns(cassette: Cassette) -> tuple[str, ...]:
-    """One line per turn that recorded an HTTP error status from the upstream."""
-    return tuple(
-        f"turn {turn.index} recorded an HTTP {turn.response.status} from the upstream"
-        for turn in cassette.turns
-        if turn.response is not None and turn.response.status >= 400
-    )
+    """One line per turn that recorded an HTTP error status from the upstream (over a
+    WebSocket: an error frame standing for one)."""
+    lines = []
+    for turn in cassette.turns:
+        response = turn.response
+        if response is None:
+            continue
+        if response.frames:
+            frames = frame_codec_by_name(turn.provider)
+            status = frames.error_status(response.frames[-1]) if frames is not None else None
+            if status is not None:
+                lines.append(f"turn {turn.index} recorded an error event with status {status} from the upstream")
+        elif response.status >= 400:
+            lines.append(f"turn {turn.index} recorded an HTTP {response.status} from the upstream")
+    return tuple(lines)

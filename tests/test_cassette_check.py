@@ -61,3 +61,20 @@ class TestErrorTurns:
 
     def test_a_clean_cassette_has_none(self) -> None:
         assert error_turns(load_cassette(BOOKING)) == ()
+
+
+def test_a_websocket_turn_ending_in_an_error_event_is_an_error_turn():
+    """Over a WebSocket the status travels in the error frame: the record gate sees it too."""
+    from flowproof.cassette import Cassette, RecordedRequest, RecordedResponse, RecordedTurn
+    from flowproof.cassette_check import error_turns
+    from flowproof.wire.base import Frame
+    from flowproof.wire.openai_responses import FRAMES
+
+    def turn(index: int, last: Frame) -> RecordedTurn:
+        return RecordedTurn(index, "openai-responses",
+                            RecordedRequest("WEBSOCKET", "wss://api.openai.com/v1/responses", {}, "00", {}),
+                            RecordedResponse(101, {}, frames=(Frame(text='{"type":"response.created"}'), last)),
+                            connection=0)
+    cassette = Cassette((turn(0, Frame(text='{"type":"response.completed","response":{}}')),
+                         turn(1, FRAMES.error_frame(429, "slow down"))))
+    assert error_turns(cassette) == ("turn 1 recorded an error event with status 429 from the upstream",)

@@ -140,3 +140,7 @@ class FrameCodec(Protocol):
     def error_frame(self, status: int, message: str) -> Frame:
         """The frame this API sends to fail a turn, saying what HTTP status it stands for."""
         ...
+
+    def error_status(self, frame: Frame) -> int | None:
+        """The HTTP status an error frame stands for (the inverse of `error_frame`), else None."""
+        ...

@@ -433,6 +433,13 @@ class ResponsesFrames:
         error = json.loads(openai_error_body(status, message))["error"]
         return Frame(text=compact_json({"type": "error", "status": status, "error": error}))
 
+    def error_status(self, frame: Frame) -> int | None:
+        if _frame_type(frame) != "error" or frame.text is None:
+            return None
+        data = json.loads(frame.text)
+        status = data.get("status", data.get("status_code"))
+        return status if isinstance(status, int) and not isinstance(status, bool) and status >= 400 else None
+
 
 def _frame_type(frame: Frame) -> str | None:
     if frame.text is None or '"type"' not in frame.text:

@@ -61,3 +61,9 @@ class TestResponsesFrames:
         view = codec_by_name("openai-responses").parse_events(frames_as_events(frames))
         assert [(c.name, c.arguments) for c in view.tool_calls] == [("get_weather", {"city": "Paris"})]
         assert frames_as_events([Frame(data=b"x")]) == ()
+
+    def test_the_status_an_error_frame_stands_for(self) -> None:
+        assert FRAMES.error_status(FRAMES.error_frame(429, "slow down")) == 429
+        assert FRAMES.error_status(Frame(text='{"type":"error","status_code":500}')) == 500
+        assert FRAMES.error_status(Frame(text='{"type":"error","error":{}}')) is None  # no status given
+        assert FRAMES.error_status(Frame(text='{"type":"response.completed"}')) is None
