@@ -28,13 +28,14 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 from flowproof.commands import GENERIC_RECORD_COMMAND
 from flowproof.errors import CassetteError, CassetteNotFoundError, WireError
 from flowproof.mcp import McpExchange, exchange_from_json, exchange_to_json
 from flowproof.model import FinishReason, ResponseView, Turn
+from flowproof.options import Route
 from flowproof.wire import Codec, codec_by_name, with_path_fields
 from flowproof.wire.base import Frame
 from flowproof.wire.frames import frames_as_events
@@ -72,8 +73,7 @@ WEBSOCKET_FORMAT = 2
 #: The method a WebSocket turn's request is stored with: the frame is not an HTTP request.
 WEBSOCKET_METHOD = "WEBSOCKET"
 
-Route = Literal["proxy", "base_url"]
-_ROUTES: tuple[str, ...] = ("proxy", "base_url")
+_ROUTES: tuple[str, ...] = tuple(r.value for r in Route)
 
 _FIX_HINT = "re-record it or restore it from version control"
 
@@ -202,7 +202,7 @@ class Cassette:
     """
 
     turns: tuple[RecordedTurn, ...]
-    route: Route = "proxy"
+    route: Route = Route.PROXY
     #: The format the file was read as (informational: the writer picks the format itself).
     format: int = field(default=1, compare=False)
     mcp: tuple[McpExchange, ...] = ()
@@ -491,7 +491,7 @@ class _Reader:
             )
         if fmt < 1:
             raise self.fail("top level", f"unknown cassette format {fmt}")
-        route = doc.get("route", "proxy")
+        route = doc.get("route", Route.PROXY.value)
         if route not in _ROUTES:
             raise self.fail("top level", f"route {route!r} is not one of {', '.join(_ROUTES)}")
         turns = self.field(doc, "turns", list, "top level")
@@ -507,7 +507,7 @@ class _Reader:
             raise self.fail("top level", f"`connections` should be an array, not {_json_type(connections)}")
         return Cassette(
             turns=tuple(self.turn(t, i) for i, t in enumerate(turns)),
-            route=cast(Route, route),
+            route=Route(route),
             format=fmt,
             mcp=exchanges,
             connections=tuple(self.connection(c, i, len(turns)) for i, c in enumerate(connections)),

@@ -21,6 +21,7 @@ from flowproof.addon.websocket import LiveSockets
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.errors import FlowproofError
 from flowproof.events import ErrorEvent, TurnEvent
+from flowproof.options import Mode
 from flowproof.recorder import (
     PendingCall,
     is_event_stream,
@@ -69,7 +70,7 @@ class LiveCalls:
     """Forwards model calls and assembles their turns; subclasses decide what a turn is for."""
 
     #: The flowproof mode named in ``turn`` events.
-    mode = ""
+    mode: Mode
 
     def __init__(self, shared: Shared) -> None:
         self.shared = shared

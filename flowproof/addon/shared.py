@@ -86,8 +86,8 @@ def refuse_websocket(flow: http.HTTPFlow) -> None:
 def config_record_command(config: AddonConfig) -> str:
     """The command that records the configured cassette: ``flowproof-run`` with a spec,
     else the bare mitmdump command."""
-    if config.spec is not None:
-        return record_command(config.spec.path)
+    if config.options.spec is not None:
+        return record_command(config.options.spec)
     return addon_record_command(config.cassette)
 
 
@@ -144,7 +144,7 @@ class Shared:
         model_host = is_model_host(host, extra)
         if _is_websocket_upgrade(req):
             frames = detect_frames(host, path, extra)
-            if frames is not None and not self.config.refuses_websocket:
+            if frames is not None and not self.config.options.refuses_websocket:
                 return Detected(None, model_host, websocket=frames)
             if model_host or frames is not None or detect("POST", host, path, extra) is not None:
                 refuse_websocket(flow)

@@ -7,10 +7,15 @@ from pathlib import Path
 import pytest
 from mitmproxy import http
 
-from flowproof.addon.options import build_config
+from flowproof.addon.options import AddonConfig, options_by_hand
 from flowproof.addon.shared import Shared, config_record_command
 
 from .conftest import CHAT_PATH, SPEC, chat_body, model_flow
+
+
+def config(**values: object) -> AddonConfig:
+    """The config the addon builds from these mitmproxy option values (given by hand)."""
+    return AddonConfig.build(options_by_hand(values, environ={}))
 
 
 class TestRecordCommand:
@@ -19,13 +24,13 @@ class TestRecordCommand:
         spec = tmp_path / "my flows" / "b.flow.yaml"
         spec.parent.mkdir()
         spec.write_text(SPEC)
-        config = build_config({"mode": "replay", "spec": str(spec)}, environ={})
-        assert config_record_command(config) == f"flowproof-run '{spec}' --record"
+        with_spec = config(flowproof_mode="replay", flowproof_spec=str(spec))
+        assert config_record_command(with_spec) == f"flowproof-run '{spec}' --record"
 
     def test_without_a_spec_it_is_the_mitmdump_command(self, tmp_path: Path):
         """Without a spec it is the bare mitmdump command for the cassette."""
-        config = build_config({"mode": "replay", "cassette": str(tmp_path / "c.json")}, environ={})
-        assert Shared(config).record_command().endswith(f"flowproof_cassette={tmp_path / 'c.json'}")
+        bare = config(flowproof_mode="replay", flowproof_cassette=str(tmp_path / "c.json"))
+        assert Shared(bare).record_command().endswith(f"flowproof_cassette={tmp_path / 'c.json'}")
 
 
 class TestDetect:
@@ -72,21 +77,20 @@ class TestDetect:
     def test_transport_http_refuses_the_upgrade_from_the_option_or_the_spec(self, tmp_path):
         spec = tmp_path / "t.flow.yaml"
         spec.write_text("name: t\nagent:\n  command: a\ntransport: http\nsteps:\n  - prompt: hi\n")
-        for values in ({"transport": "http"}, {"spec": str(spec)}, {"spec": str(spec), "transport": "auto"}):
+        for values in ({"flowproof_transport": "http"}, {"flowproof_spec": str(spec)},
+                       {"flowproof_spec": str(spec), "flowproof_transport": "auto"}):
             flow = self._responses_upgrade()
-            assert Shared(build_config(values, environ={})).detect(flow) is None, values
+            assert Shared(config(**values)).detect(flow) is None, values
             assert flow.response is not None and flow.response.status_code == 426
-        with pytest.raises(ValueError, match="flowproof_transport: 'ws' is not one of auto, http"):
-            build_config({"transport": "ws"}, environ={})
+        with pytest.raises(ValueError, match="flowproof_transport: unknown transport `ws` — use one of: auto, http"):
+            config(flowproof_transport="ws")
 
 
 class TestMapUpstream:
     def test_mapped_host_is_rewritten_with_its_prefix(self):
         """A mapped host's request goes to the upstream URL, path prefix included."""
-        config = build_config(
-            {"upstream": ["api.openai.com=http://127.0.0.1:8123/base"]}, environ={}
-        )
+        mapped = config(flowproof_upstream=["api.openai.com=http://127.0.0.1:8123/base"])
         flow = model_flow(chat_body())
-        assert Shared(config).map_upstream(flow.request)
+        assert Shared(mapped).map_upstream(flow.request)
         assert flow.request.url == "http://127.0.0.1:8123/base" + CHAT_PATH
         assert not Shared().map_upstream(model_flow(chat_body()).request)
