@@ -69,14 +69,20 @@ def recorded(tmp_path: Path, ca_bundle: tuple[Path, Path]) -> Iterator[tuple[Pat
     confdir, bundle = ca_bundle
     cassette = tmp_path / "ws.cassette.json"
     with FakeModelServer(list(SCRIPT)) as server:
-        proxy = start_mitmdump(tmp_path, confdir, "flowproof_mode=record", f"flowproof_cassette={cassette}",
-                               f"flowproof_upstream=api.openai.com={server.url}", name="record")
+        proxy = _record(tmp_path, confdir, cassette, server, "record")
         try:
             ends = weather_agent(proxy, bundle)
             assert proxy.stop() == 0
         finally:
             proxy.kill()
         yield cassette, ends, server
+
+
+def _record(tmp_path: Path, confdir: Path, cassette: Path, server: FakeModelServer, name: str,
+            *options: str) -> Mitmdump:
+    """A recording proxy whose api.openai.com is the fake model server."""
+    return start_mitmdump(tmp_path, confdir, "flowproof_mode=record", f"flowproof_cassette={cassette}",
+                          f"flowproof_upstream=api.openai.com={server.url}", *options, name=name)
 
 
 def _replay(tmp_path: Path, confdir: Path, cassette: Path, name: str) -> Mitmdump:
@@ -116,8 +122,7 @@ class TestRecord:
         confdir, bundle = ca_bundle
         cassette = tmp_path / "slow.cassette.json"
         with FakeModelServer([Reply.text("one two three four five six", chunk_delay=0.4)]) as server:
-            proxy = start_mitmdump(tmp_path, confdir, "flowproof_mode=record", f"flowproof_cassette={cassette}",
-                                   f"flowproof_upstream=api.openai.com={server.url}", name="slow")
+            proxy = _record(tmp_path, confdir, cassette, server, "slow")
             try:
                 with _connect(proxy, bundle) as conn:
                     conn.response.create(model="gpt-x", input="Say six words.")
@@ -139,9 +144,7 @@ class TestRecord:
         confdir, bundle = ca_bundle
         cassette = tmp_path / "http.cassette.json"
         with FakeModelServer(list(SCRIPT)) as server:
-            proxy = start_mitmdump(tmp_path, confdir, "flowproof_mode=record", f"flowproof_cassette={cassette}",
-                                   f"flowproof_upstream=api.openai.com={server.url}", "flowproof_transport=http",
-                                   name="http")
+            proxy = _record(tmp_path, confdir, cassette, server, "http", "flowproof_transport=http")
             try:
                 with pytest.raises(Exception) as refused:  # noqa: B017 — websockets' handshake error
                     _connect(proxy, bundle).enter()
@@ -158,8 +161,7 @@ class TestRecord:
         confdir, bundle = ca_bundle
         cassette = tmp_path / "left.cassette.json"
         with FakeModelServer([Reply.text("a b c d e f", chunk_delay=0.3)]) as server:
-            proxy = start_mitmdump(tmp_path, confdir, "flowproof_mode=record", f"flowproof_cassette={cassette}",
-                                   f"flowproof_upstream=api.openai.com={server.url}", name="left")
+            proxy = _record(tmp_path, confdir, cassette, server, "left")
             try:
                 conn = _connect(proxy, bundle).enter()
                 conn.response.create(model="gpt-x", input="hi")
@@ -199,15 +201,13 @@ class TestRecord:
         assert received == [json.loads(f.text or "")["type"] for f in turn.response.frames]
         assert [e["event"] for e in events if e["event"] in ("turn", "divergence", "error")] == ["turn"]
 
-
     def test_a_server_that_drops_the_connection_mid_answer_is_an_error_not_a_turn(
         self, tmp_path: Path, ca_bundle: tuple[Path, Path]
     ) -> None:
         confdir, bundle = ca_bundle
         cassette = tmp_path / "cut.cassette.json"
         with FakeModelServer([Reply.text("a b c d", cut_after=2)]) as server:
-            proxy = start_mitmdump(tmp_path, confdir, "flowproof_mode=record", f"flowproof_cassette={cassette}",
-                                   f"flowproof_upstream=api.openai.com={server.url}", name="cut")
+            proxy = _record(tmp_path, confdir, cassette, server, "cut")
             try:
                 with pytest.raises(Exception):  # noqa: B017 — the SDK's error for a dropped socket
                     with _connect(proxy, bundle) as conn:
@@ -230,9 +230,7 @@ class TestRecord:
                         "    result: {forecast: rain}\nsteps:\n  - prompt: weather?\n")
         cassette = tmp_path / "tools.cassette.json"
         with FakeModelServer(list(SCRIPT)) as server:
-            proxy = start_mitmdump(tmp_path, confdir, "flowproof_mode=record", f"flowproof_cassette={cassette}",
-                                   f"flowproof_spec={spec}", f"flowproof_upstream=api.openai.com={server.url}",
-                                   name="tools")
+            proxy = _record(tmp_path, confdir, cassette, server, "tools", f"flowproof_spec={spec}")
             try:
                 weather_agent(proxy, bundle)
                 assert proxy.stop() == 0

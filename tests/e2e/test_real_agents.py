@@ -324,27 +324,40 @@ def side_hosts(server: FakeModelServer) -> list[str]:
     return args
 
 
+def codex_script() -> list[Reply]:
+    """A shell call, then the answer. store: false: codex asks for encrypted reasoning, and over
+    HTTP sends it back with the next call."""
+    return [
+        Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}, reasoning="Run the command."),
+        Reply.text(CODEX_REPLY),
+    ]
+
+
+def record_codex(
+    codex: Path, flowproof: Flowproof, place: Place, transport: str | None = None, **env: str
+) -> tuple[Recorded, list[Any]]:
+    """codex recorded once against the fake model; the cassette and what the fake received."""
+    spec = codex_spec(place.project, codex, transport=transport)
+    with FakeModelServer(codex_script()) as server:
+        recorded = run(
+            flowproof, place, spec, "--record", "--upstream", f"api.openai.com={server.url}",
+            *side_hosts(server), keys=True, **env,
+        )
+        assert recorded.code == 0, recorded.output
+        assert server.remaining == 0
+        received = server.model_requests
+    return Recorded(spec, cassette_of(spec).read_bytes()), received
+
+
 @pytest.fixture(scope="module")
 def codex_recording(
     real_agents: dict[str, Path], flowproof: Flowproof, tmp_path_factory: pytest.TempPathFactory
 ) -> Recorded:
     """codex recorded once over HTTP (``transport: http``) against the fake model, with a fresh HOME."""
     place = Place.fresh(tmp_path_factory.mktemp("codex-record"), "work", "project")
-    spec = codex_spec(place.project, real_agents["codex"], transport="http")
-    server = FakeModelServer([
-        # store: false: codex asks for encrypted reasoning and sends it back with the next call.
-        Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}, reasoning="Run the command."),
-        Reply.text(CODEX_REPLY),
-    ])
-    with server:
-        recorded = run(
-            flowproof, place, spec, "--record", "--upstream", f"api.openai.com={server.url}",
-            *side_hosts(server), keys=True,
-        )
-        assert recorded.code == 0, recorded.output
-        assert [r.path for r in server.model_requests] == ["/v1/responses"] * 2
-        assert server.remaining == 0
-    return Recorded(spec, cassette_of(spec).read_bytes())
+    recording, received = record_codex(real_agents["codex"], flowproof, place, transport="http")
+    assert [(r.method, r.path) for r in received] == [("POST", "/v1/responses")] * 2
+    return recording
 
 
 def websocket_fallback(stderr: str) -> tuple[int, float]:
@@ -437,20 +450,7 @@ def codex_ws_recording(
     """codex recorded once with its built-in provider, speaking its WebSocket; and what the
     fake model received (one exchange per request frame)."""
     place = Place.fresh(tmp_path_factory.mktemp("codex-ws-record"), "work", "project")
-    spec = codex_spec(place.project, real_agents["codex"])
-    server = FakeModelServer([
-        Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}, reasoning="Run the command."),
-        Reply.text(CODEX_REPLY),
-    ])
-    with server:
-        recorded = run(
-            flowproof, place, spec, "--record", "--upstream", f"api.openai.com={server.url}",
-            *side_hosts(server), keys=True, CODEX_API_KEY=CODEX_KEY,
-        )
-        assert recorded.code == 0, recorded.output
-        received = server.model_requests
-        assert server.remaining == 0
-    return Recorded(spec, cassette_of(spec).read_bytes()), received
+    return record_codex(real_agents["codex"], flowproof, place, CODEX_API_KEY=CODEX_KEY)
 
 
 class TestCodexOverWebSocket:
@@ -536,10 +536,7 @@ class TestCodexOverWebSocket:
         recording, _ = codex_ws_recording
         place = Place.fresh(tmp_path, "project")
         spec = copy_flow(recording.spec, place.project)
-        with FakeModelServer([
-            Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}, reasoning="Run the command."),
-            Reply.text(CODEX_REPLY),
-        ]) as server:
+        with FakeModelServer(codex_script()) as server:
             compared = run(
                 flowproof, place, spec, "--compare", "--json", "--upstream", f"api.openai.com={server.url}",
                 *side_hosts(server), keys=True, CODEX_API_KEY=CODEX_KEY,
