@@ -425,6 +425,10 @@ class ResponsesFrames:
         return _frame_type(frame) == "response.create"
 
     def is_terminal(self, frame: Frame) -> bool:
+        # Every server frame passes here: parse only the few that can name a terminal event.
+        text = frame.text
+        if text is None or not any(kind in text for kind in _FRAME_TERMINAL):
+            return False
         return _frame_type(frame) in _FRAME_TERMINAL
 
     def error_frame(self, status: int, message: str) -> Frame:
