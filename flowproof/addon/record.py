@@ -40,6 +40,7 @@ class Record(LiveCalls):
         events = self.shared.events
         cassette = Cassette(
             tuple(self.turns), route=config.route, mcp=tuple(self.shared.mcp_exchanges),
+            mcp_stdio=tuple(r.session() for r in self.shared.mcp_stdio),
             connections=self.sockets.recorded(),
         )
         try:

@@ -22,6 +22,7 @@ from flowproof.errors import FlowproofError
 from flowproof.events import DoneEvent, ErrorEvent, RequestStartedEvent
 from flowproof.log import addon_logger
 from flowproof.mcp import McpExchange
+from flowproof.mcp.stdio import StdioRecording
 from flowproof.redact import redact_url
 from flowproof.replay import Replayer
 from flowproof.request_key import PreparedRequest, prepare_request
@@ -111,6 +112,8 @@ class Shared:
         self.events = EventLog(self.config.report)
         #: MCP exchanges recorded by the MCP concern, saved by `Record` beside the turns.
         self.mcp_exchanges: list[McpExchange] = []
+        #: stdio MCP sessions recorded by the MCP concern (`addon.mcp_stdio`), saved beside them.
+        self.mcp_stdio: list[StdioRecording] = []
         #: Tool names by call id, from the responses seen so far (`learn_calls`): a continuation
         #: by id answers a call it does not carry, and the spec's tool results must still apply.
         self.call_names: dict[str, str] = {}
