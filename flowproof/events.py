@@ -334,6 +334,8 @@ class ErrorKind(StrEnum):
     UPSTREAM = "upstream"
     #: A live response flowproof cannot record (its codec cannot read it).
     RESPONSE = "response"
+    #: A model request flowproof refused: its body decodes past the cap (never forwarded).
+    REQUEST = "request"
     #: The recorded cassette could not be written.
     CASSETTE_WRITE = "cassette_write"
     #: A live call could not be compared with its recording.

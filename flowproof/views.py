@@ -17,6 +17,7 @@ from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.errors import WireError
 from flowproof.model import FinishReason, RequestView, ResponseView, Turn
 from flowproof.wire import Codec, codec_by_name, with_path_fields
+from flowproof.wire.frames import frames_as_events
 
 __all__ = ["request_view", "turn_path_fields", "turn_views", "url_path"]
 
@@ -88,6 +89,9 @@ def _response_view(codec: Codec, resp: RecordedResponse | None) -> ResponseView 
         )
     if resp.events is not None:
         return codec.parse_events(resp.events)
+    if resp.frames is not None:
+        # A WebSocket turn: its server frames read as the stream events they carry.
+        return codec.parse_events(frames_as_events(resp.frames))
     if resp.body is not None:
         return codec.view_response(resp.body)
     return codec.parse_response(resp.content())
