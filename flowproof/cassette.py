@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from flowproof.commands import GENERIC_RECORD_COMMAND
 from flowproof.errors import CassetteError, CassetteNotFoundError, WireError
+from flowproof.files import UnreadableFileError, read_regular_file
 from flowproof.mcp import McpExchange, exchange_from_json, exchange_to_json
 from flowproof.model import FinishReason, ResponseView, Turn
 from flowproof.wire import Codec, codec_by_name, with_path_fields
@@ -40,6 +41,7 @@ from flowproof.wire.sse import SSEEvent, canonical_raw, encode_events
 
 __all__ = [
     "CASSETTE_FORMAT",
+    "MAX_CASSETTE_BYTES",
     "Cassette",
     "RecordedRequest",
     "RecordedResponse",
@@ -58,6 +60,9 @@ __all__ = [
 
 #: The newest cassette format this flowproof reads and the one it writes.
 CASSETTE_FORMAT = 1
+#: A cassette over this size is refused unread: the reader holds it whole in memory, several
+#: times over while it parses (10,000 turns are about 40 MB; docs/performance.md).
+MAX_CASSETTE_BYTES = 512 * 1024 * 1024
 
 Route = Literal["proxy", "base_url"]
 _ROUTES: tuple[str, ...] = ("proxy", "base_url")
@@ -430,7 +435,14 @@ def load_cassette(path: Path | str, *, record_command: str = GENERIC_RECORD_COMM
     """
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        raw = read_regular_file(p, MAX_CASSETTE_BYTES)
+    except UnreadableFileError as e:
+        if e.kind is not None:
+            raise CassetteError(p, f"is {e.kind}, not a regular file", "name a cassette file") from None
+        raise CassetteError(
+            p, f"is over the {MAX_CASSETTE_BYTES:,}-byte limit of a cassette",
+            "split the flow into smaller flows, each with its own cassette",
+        ) from None
     except FileNotFoundError:
         raise CassetteNotFoundError(p, record_command) from None
     except OSError as e:

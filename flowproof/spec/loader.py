@@ -21,6 +21,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from flowproof.errors import SpecError, SpecProblem
+from flowproof.files import UnreadableFileError, read_regular_file
 from flowproof.normalize import PRESETS
 from flowproof.spec.clauses import compile_pattern, parse_reply_line, parse_tool_line, suggest
 from flowproof.spec.paths import split_path
@@ -898,17 +899,22 @@ def load_spec(path: Path | str) -> FlowSpec:
     """
     display = str(path)
     try:
-        # Checked before reading: a huge file is refused in milliseconds, not parsed for minutes.
-        size = Path(path).stat().st_size
-        if size > MAX_SPEC_BYTES:
-            raise _too_big(display, size)
-        text = Path(path).read_text(encoding="utf-8")
+        # A huge file is refused from its size, in milliseconds, not parsed for minutes; a FIFO
+        # or a device (/dev/zero) is refused before a byte is read (it would hang or never end).
+        text = read_regular_file(path, MAX_SPEC_BYTES).decode("utf-8")
+        # As a file opened as text reads it (universal newlines): CRLF specs parse as before.
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    except UnreadableFileError as e:
+        if e.kind is None:
+            raise _too_big(display, e.size or 0) from None
+        if e.kind == "a directory":
+            raise SpecError([SpecProblem(display, 1, 1, "the spec path is a directory",
+                                         "name a *.flow.yaml file")]) from None
+        raise SpecError([SpecProblem(display, 1, 1, f"the spec path is {e.kind}, not a regular file",
+                                     "name a *.flow.yaml file")]) from None
     except FileNotFoundError:
         raise SpecError([SpecProblem(display, 1, 1, "the spec file does not exist",
                                      "check the path")]) from None
-    except IsADirectoryError:
-        raise SpecError([SpecProblem(display, 1, 1, "the spec path is a directory",
-                                     "name a *.flow.yaml file")]) from None
     except UnicodeDecodeError as e:
         raise SpecError([SpecProblem(display, 1, 1,
                                      f"the spec file is not UTF-8 text (byte {e.start})",
