@@ -26,6 +26,7 @@ from flowproof.cassette_check import check_cassette, error_turns
 from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, SpecError
 from flowproof.heal import diff_cassettes
 from flowproof.log import configure as configure_logging
+from flowproof.printable import printable
 from flowproof.runner.collect import collect_specs
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
 from flowproof.runner.flags import (
@@ -396,7 +397,7 @@ def diff_command(old: Path, new: Path) -> None:
     check_cassette(before, old)
     check_cassette(after, new)
     text = "\n".join([*error_turns(after), diff_cassettes(before, after)]).strip()
-    click.echo(text or "no change in the trajectory")
+    click.echo(printable(text) or "no change in the trajectory")
 
 
 @cli.command("show")

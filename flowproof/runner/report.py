@@ -27,6 +27,7 @@ from flowproof.errors import (
 )
 from flowproof.findings import findings
 from flowproof.heal import readable_turns, short_text
+from flowproof.printable import printable
 from flowproof.runner.flow import FlowResult
 from flowproof.trajectory import build_trajectory
 
@@ -173,7 +174,8 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
             lines.append(_indent(_tail(result.agent_stderr)))
     if verbose and result.startup_seconds is not None:
         lines.append(f"  proxy ready in {result.startup_seconds:.2f}s; flow took {result.duration:.2f}s")
-    return "\n".join(lines)
+    # Recorded text and agent output go to a terminal: shown, never obeyed (`printable`).
+    return printable("\n".join(lines))
 
 
 def summary_table(results: Sequence[FlowResult]) -> str:
@@ -228,7 +230,7 @@ def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
     else:
         worst = max(failed, key=lambda r: r.exit_code)
         last = next_step(worst)
-    return "\n\n".join(blocks) + f"\n\n{summary}.\n{last}"
+    return printable("\n\n".join(blocks) + f"\n\n{summary}.\n{last}")
 
 
 def flow_findings(result: FlowResult) -> list[dict[str, Any]]:
@@ -463,4 +465,5 @@ def show_cassette(
             lines.append("  assistant:")
             lines.append(_indent(response.text.rstrip()))
         lines.append(f"  finish: {response.finish_reason}")
-    return "\n".join(lines)
+    # A recorded reply's escape sequences (a title, OSC 52, cursor movement) are shown, not obeyed.
+    return printable("\n".join(lines))
