@@ -16,6 +16,7 @@ from mitmproxy import http
 from flowproof.addon.eventlog import EventLog
 from flowproof.addon.options import AddonConfig
 from flowproof.commands import addon_record_command, record_command
+from flowproof.errors import FlowproofError
 from flowproof.events import DoneEvent, ErrorEvent, RequestStartedEvent
 from flowproof.log import addon_logger
 from flowproof.mcp import McpExchange
@@ -148,11 +149,14 @@ class Shared:
         return True
 
     def hook_failed(self, flow: http.HTTPFlow, hook: str, error: Exception) -> None:
-        """A bug of ours must fail the run visibly, never let a call pass unrecorded or unmatched."""
-        text = (
-            f"flowproof failed in its {hook} hook for {redact_url(flow.request.pretty_url)}: "
-            f"{type(error).__name__}: {error}"
-        )
+        """A bug of ours must fail the run visibly, never let a call pass unrecorded or unmatched.
+        A `FlowproofError` (a volatile rule that ran out of time) is the user's to fix: its own
+        message says what and where."""
+        url = redact_url(flow.request.pretty_url)
+        if isinstance(error, FlowproofError):
+            text = f"flowproof refused the call to {url}: {error}"
+        else:
+            text = f"flowproof failed in its {hook} hook for {url}: {type(error).__name__}: {error}"
         self.events.write(ErrorEvent(text, id=flow.id))
         log.error("hook_failed", hook=hook, flow_id=flow.id, error=type(error).__name__)
 

@@ -25,7 +25,15 @@ a line, one connection per session.
 A connection that ends without ``close`` aborts its session: its listeners go,
 and nothing more is written (its runner gave up on the flow, and a recording
 written after the runner discarded the staging file would be left behind).
-mitmproxy runs hooks and these handlers on one event loop, so sessions need no lock.
+
+mitmproxy runs every hook on one event loop, shared by all sessions. A flow's
+own work — hashing with its volatile rules, matching, assembling a recording,
+its compare handler (user code), writing its cassette — therefore runs on the
+session's own worker thread, one hook at a time and in the order mitmproxy
+delivered them, so a session needs no lock and no flow's work can hold another
+flow's session or this control server. A ``close`` waits at most `CLOSE_WAIT`
+for the work still queued (a handler that never returns); then the session is
+aborted with an ``error`` event saying what was still running.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -43,14 +52,18 @@ from mitmproxy import ctx, exceptions, http
 from mitmproxy.proxy import mode_specs
 
 from flowproof.addon.shared import JSON_HEADERS, Shared, log
-from flowproof.events import Listener, ReadyEvent
+from flowproof.events import ErrorEvent, Listener, ReadyEvent
 
-__all__ = ["Session", "WarmSessions"]
+__all__ = ["CLOSE_WAIT", "Session", "WarmSessions"]
 
 #: Bound on one control line (options are paths and short strings; env may be a few KB).
 _MAX_LINE = 1 << 20
 #: Attempts at binding a session's listeners on fresh free ports before giving up.
 _BIND_ATTEMPTS = 3
+#: How long a ``close`` waits for a session's queued work before aborting it: below the
+#: runner's own wait for the reply (`runner.warm.WarmSession.stop`, 10 s), so the runner
+#: hears why instead of giving the whole proxy up.
+CLOSE_WAIT = 8.0
 
 
 class _State(Protocol):
@@ -75,6 +88,9 @@ class Session:
     ports: frozenset[int] = frozenset()
     closed: bool = False
     listen: list[Listener] = field(default_factory=list)
+    #: The hook running on the worker right now (``Compare.response``), for the abort message.
+    running: str | None = None
+    _worker: ThreadPoolExecutor | None = None
 
     def run_hook(self, name: str, *args: object) -> None:
         """Invoke hook ``name`` on the session's chain in order, as mitmproxy would: one
@@ -83,10 +99,37 @@ class Session:
             hook = getattr(child, name, None)
             if hook is None:
                 continue
+            self.running = f"{type(child).__name__}.{name}"
             try:
                 hook(*args)
             except Exception as e:  # noqa: BLE001 — mitmproxy's own policy for a failing hook
                 log.error("session_hook_failed", session=self.number, hook=name, error=repr(e))
+            finally:
+                self.running = None
+
+    async def hook(self, name: str, *args: object) -> None:
+        """`run_hook` on the session's worker thread; returns when it has run. The event loop
+        serves every other session meanwhile."""
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"flowproof-session-{self.number}")
+        await asyncio.get_running_loop().run_in_executor(self._worker, self.run_hook, name, *args)
+
+    async def drained(self, timeout: float) -> bool:
+        """True once the work queued before now has run, False if it is still running after
+        ``timeout`` seconds."""
+        if self._worker is None:
+            return True
+        waiting = asyncio.get_running_loop().run_in_executor(self._worker, lambda: None)
+        try:
+            await asyncio.wait_for(waiting, timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def release(self) -> None:
+        """Let the worker thread go once whatever it runs returns (it is never waited for)."""
+        if self._worker is not None:
+            self._worker.shutdown(wait=False, cancel_futures=True)
 
 
 def _free_port() -> int:
@@ -141,7 +184,7 @@ class WarmSessions:
             return None
         return session
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    async def request(self, flow: http.HTTPFlow) -> None:
         session = self.session_of(flow.client_conn)
         if session is None:
             if flow.response is None and flow.error is None:
@@ -152,21 +195,21 @@ class WarmSessions:
                     JSON_HEADERS,
                 )
             return
-        session.run_hook("request", flow)
+        await session.hook("request", flow)
 
-    def responseheaders(self, flow: http.HTTPFlow) -> None:
-        self._dispatch("responseheaders", flow)
+    async def responseheaders(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("responseheaders", flow)
 
-    def response(self, flow: http.HTTPFlow) -> None:
-        self._dispatch("response", flow)
+    async def response(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("response", flow)
 
-    def error(self, flow: http.HTTPFlow) -> None:
-        self._dispatch("error", flow)
+    async def error(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("error", flow)
 
-    def _dispatch(self, name: str, flow: http.HTTPFlow) -> None:
+    async def _dispatch(self, name: str, flow: http.HTTPFlow) -> None:
         session = self.session_of(flow.client_conn)
         if session is not None:
-            session.run_hook(name, flow)
+            await session.hook(name, flow)
 
     # ------------------------------------------------------------------ control server
 
@@ -309,10 +352,22 @@ class WarmSessions:
         if session.closed:
             return
         session.closed = True
+        if finish and not await session.drained(CLOSE_WAIT):
+            # User code that does not return (a compare handler): its flow cannot finish, and
+            # waiting longer would make its runner give up the whole proxy.
+            text = (
+                f"the flow's {session.running or 'work'} hook was still running {CLOSE_WAIT:g}s "
+                "after the agent finished, so its session was closed unfinished and nothing "
+                "was recorded — make the compare handler (or the volatile patterns) return promptly"
+            )
+            session.state.shared.events.write(ErrorEvent(text))
+            log.error("session_close_timed_out", session=session.number, running=session.running)
+            finish = False
         if finish:
-            session.run_hook("done")
+            await session.hook("done")
         else:
             self._abort_state(session.state)
+        session.release()
         for port in session.ports:
             if self.by_port.get(port) is session:
                 del self.by_port[port]
@@ -335,6 +390,7 @@ class WarmSessions:
         for session in list(self._open_sessions):
             session.closed = True
             self._abort_state(session.state)
+            session.release()
         self._open_sessions.clear()
         self.by_port.clear()
         if self._server is not None:
