@@ -2,7 +2,8 @@
 
 Environment: FP_API (openai-chat | openai-responses | anthropic | gemini), FP_STREAM=1 to
 stream, FP_TITLE=1 to also ask for a conversation title from a concurrent thread with its
-own system prompt (openai-chat), FP_LANE to tag the system prompt. The prompt is $FLOWPROOF_PROMPT. The one tool,
+own system prompt (openai-chat; FP_TITLE_DELAY seconds after the main call starts), FP_LANE
+to tag the system prompt. The prompt is $FLOWPROOF_PROMPT. The one tool,
 book_flight, always answers {"booking": "B-1042"}. Prints the final reply.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import Any
 
 API = os.environ["FP_API"]
@@ -80,6 +82,7 @@ def title() -> None:
 
     client = openai.OpenAI(max_retries=0)
     messages = [{"role": "system", "content": TITLE_SYSTEM}, {"role": "user", "content": PROMPT}]
+    time.sleep(float(os.environ.get("FP_TITLE_DELAY") or 0))
     chat_turn(client, messages, openai.NOT_GIVEN)
 
 
