@@ -24,6 +24,7 @@ from flowproof.redact import redact_url
 from flowproof.replay import Replayer
 from flowproof.request_key import PreparedRequest, prepare_request
 from flowproof.wire import Codec, detect, is_model_host, normalize_host
+from flowproof.wire.providers import base_url_path
 
 __all__ = [
     "JSON_HEADERS",
@@ -60,6 +61,12 @@ def elapsed_ms(flow: http.HTTPFlow) -> float:
 def _is_websocket_upgrade(request: http.Request) -> bool:
     upgrade: str = request.headers.get("upgrade", "")
     return upgrade.strip().lower() == "websocket"
+
+
+def _split_query(target: str) -> tuple[str, str]:
+    """A request target as (path, ``?query`` or "")."""
+    path, mark, query = target.partition("?")
+    return path, mark + query
 
 
 def config_record_command(config: AddonConfig) -> str:
@@ -100,7 +107,12 @@ class Shared:
             return None
         req = flow.request
         host = req.pretty_host
-        path = req.path.split("?", 1)[0]
+        path, query = _split_query(req.path)
+        if self.config.route == "base_url" and (api_path := base_url_path(normalize_host(host), path)):
+            # A client that expects the version in the base URL (the Vercel AI SDK's `/messages`):
+            # the same call as the API's own path, forwarded and recorded as that path.
+            req.path = api_path + query
+            path = api_path
         extra = self.config.extra_hosts
         model_host = is_model_host(host, extra)
         if _is_websocket_upgrade(req):

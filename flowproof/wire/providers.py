@@ -9,7 +9,8 @@ to know a provider reads it from here, never from a list of its own:
 - the agent's environment in ``runner/env.py``: hosts that ``NO_PROXY`` must
   not bypass, the base-URL variables of ``agent.route: base_url``, and the API
   key variables that decide where a placeholder key may go;
-- the reverse listeners of the base-URL route (``base_url_host``);
+- the reverse listeners of the base-URL route (``base_url_host``) and the paths clients
+  send there (``base_url_aliases``);
 - the volatile-rule refusal list of the spec loader (``system_roots``,
   ``message_roots``, ``tool_roots``, ``model_roots``, ``content_keys``);
 - the cassette header allow-list (``allowed_headers``).
@@ -34,6 +35,7 @@ __all__ = [
     "ConversationVocabulary",
     "Provider",
     "allowed_headers",
+    "base_url_path",
     "base_url_vars",
     "conversation_vocabulary",
     "model_host_suffixes",
@@ -76,6 +78,12 @@ class Provider:
     base_url_host: str
     #: The variables the official clients read their base URL from.
     base_url_vars: tuple[BaseUrlVar, ...]
+    #: Paths clients send on the base-URL route when they expect the base URL to carry the
+    #: API version and it does not (``ANTHROPIC_BASE_URL`` has none, as the anthropic SDKs and
+    #: Claude Code want; a client on the Vercel AI SDK, opencode among them, appends only
+    #: ``/messages``), each with the API path it stands for; may be empty. The request goes
+    #: upstream, and into the cassette, as that API path.
+    base_url_aliases: tuple[tuple[str, str], ...]
     #: Every variable the official clients read this provider's key (or token) from, in the
     #: order they read them: a key in an earlier variable shadows one in a later variable.
     key_vars: tuple[str, ...]
@@ -124,6 +132,7 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/chat/completions",),
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
+        base_url_aliases=(),
         key_vars=_OPENAI_KEYS,
         placeholder_vars=_OPENAI_KEYS,
         system_roots=(),
@@ -145,6 +154,7 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/responses",),
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
+        base_url_aliases=(),
         key_vars=_OPENAI_KEYS,
         placeholder_vars=_OPENAI_KEYS,
         system_roots=("instructions",),
@@ -164,6 +174,7 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/messages",),
         base_url_host="api.anthropic.com",
         base_url_vars=(BaseUrlVar("ANTHROPIC_BASE_URL", ""),),
+        base_url_aliases=(("/messages", "/v1/messages"),),
         # The anthropic SDK (2.x) uses ANTHROPIC_API_KEY and ignores ANTHROPIC_AUTH_TOKEN when
         # both are set; Claude Code reads the same two, and its own login token.
         key_vars=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
@@ -183,14 +194,17 @@ PROVIDERS: tuple[Provider, ...] = (
         hosts=("generativelanguage.googleapis.com",),
         # Vertex AI: us-central1-aiplatform.googleapis.com and its regional siblings.
         host_suffixes=("aiplatform.googleapis.com",),
+        # google-genai sends v1 by default and v1beta when asked (the REST reference's form).
         paths=(
+            "/v1/models/{model}:generateContent",
+            "/v1/models/{model}:streamGenerateContent",
             "/v1beta/models/{model}:generateContent",
             "/v1beta/models/{model}:streamGenerateContent",
-            "/v1/models/{model}:streamGenerateContent",
         ),
         path_suffixes=(":streamGenerateContent", ":generateContent"),
         base_url_host="generativelanguage.googleapis.com",
         base_url_vars=(BaseUrlVar("GOOGLE_GEMINI_BASE_URL", ""),),
+        base_url_aliases=(),
         # google-genai reads GOOGLE_API_KEY before GEMINI_API_KEY (and warns when both are set).
         key_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
         placeholder_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
@@ -240,6 +254,22 @@ def base_url_vars() -> tuple[tuple[str, BaseUrlVar], ...]:
         for var in p.base_url_vars:
             seen.setdefault(var.name, (p.base_url_host, var))
     return tuple(seen.values())
+
+
+def base_url_path(host: str, path: str) -> str | None:
+    """The API path a base-URL-route request to upstream ``host`` (normalized) at ``path`` (no
+    query) stands for, when ``path`` is a client's alias of it (`Provider.base_url_aliases`);
+    None otherwise.
+
+    >>> base_url_path("api.anthropic.com", "/messages")
+    '/v1/messages'
+    >>> base_url_path("api.anthropic.com", "/v1/messages") is None
+    True
+    """
+    return _ALIASES.get((host, path.rstrip("/")))
+
+
+_ALIASES = {(p.base_url_host, alias): api for p in PROVIDERS for alias, api in p.base_url_aliases}
 
 
 def allowed_headers() -> frozenset[str]:

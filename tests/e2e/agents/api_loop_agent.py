@@ -3,8 +3,9 @@
 Environment: FP_API (openai-chat | openai-responses | anthropic | gemini), FP_STREAM=1 to
 stream, FP_TITLE=1 to also ask for a conversation title from a concurrent thread with its
 own system prompt (openai-chat; FP_TITLE_DELAY seconds after the main call starts), FP_LANE
-to tag the system prompt. The prompt is $FLOWPROOF_PROMPT. The one tool,
-book_flight, always answers {"booking": "B-1042"}. Prints the final reply.
+to tag the system prompt, FP_GEMINI_API_VERSION for the version in Gemini's path. The prompt
+is $FLOWPROOF_PROMPT. The one tool, book_flight, always answers {"booking": "B-1042"}. Prints
+the final reply.
 """
 
 from __future__ import annotations
@@ -147,7 +148,10 @@ def gemini() -> str:
     from google import genai
     from google.genai import types
 
-    client = genai.Client(api_key=os.environ.get("GEMINI_API_KEY") or os.environ["GOOGLE_API_KEY"])
+    # FP_GEMINI_API_VERSION (v1beta) picks the API version google-genai puts in the path.
+    version = os.environ.get("FP_GEMINI_API_VERSION")
+    client = genai.Client(api_key=os.environ.get("GEMINI_API_KEY") or os.environ["GOOGLE_API_KEY"],
+                          http_options=types.HttpOptions(api_version=version) if version else None)
     config = types.GenerateContentConfig(
         system_instruction=SYSTEM,
         tools=[types.Tool(function_declarations=[
