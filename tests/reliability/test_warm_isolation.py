@@ -28,7 +28,7 @@ import time
 
 
 def on_compare(result):
-    time.sleep(20)  # a handler that calls something slow, or hangs
+    time.sleep(40)  # a handler that calls something slow, or hangs
 """
 
 
@@ -108,8 +108,9 @@ class TestOneWarmProxyTwoFlows:
         self, tmp_path: Path, flowproof: Flowproof, lanes: Any
     ) -> None:
         (tmp_path / "slow_checks.py").write_text(SLOW_HANDLER)
-        slow = flow_spec(tmp_path, "slow", timeout=10, extra=("on_compare: slow_checks:on_compare",))
-        ordinary = flow_spec(tmp_path, "ordinary", timeout=10)
+        # On one shared event loop the handler's 40 s would outlast the ordinary agent's 15 s.
+        slow = flow_spec(tmp_path, "slow", timeout=15, extra=("on_compare: slow_checks:on_compare",))
+        ordinary = flow_spec(tmp_path, "ordinary", timeout=15)
         env = {"PYTHONPATH": str(tmp_path)}
         recorded = flowproof.run(slow, ordinary, "--record", "-j", "2",
                                  *lanes(slow=replies(), ordinary=replies()), keys=True, **env)
@@ -119,7 +120,6 @@ class TestOneWarmProxyTwoFlows:
                             keys=True, timeout=120, **env)
         by_name = flows(ran)
         assert by_name["ordinary"]["exit_code"] == 0, ran.output
-        assert by_name["ordinary"]["duration_seconds"] < 9, by_name["ordinary"]
         bad = by_name["slow"]
         assert bad["exit_code"] != 0
         said = " ".join([bad["error"] or "", *bad["proxy_errors"]])
