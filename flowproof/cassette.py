@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 from flowproof.commands import GENERIC_RECORD_COMMAND
@@ -36,6 +36,7 @@ from flowproof.errors import CassetteError, CassetteNotFoundError, WireError
 from flowproof.files import UnreadableFileError, read_regular_file
 from flowproof.mcp import McpExchange, exchange_from_json, exchange_to_json
 from flowproof.model import FinishReason, ResponseView, Turn
+from flowproof.options import Route
 from flowproof.wire import Codec, codec_by_name, with_path_fields
 from flowproof.wire.sse import SSEEvent, canonical_raw, encode_events
 
@@ -64,8 +65,7 @@ CASSETTE_FORMAT = 1
 #: times over while it parses (10,000 turns are about 40 MB; docs/performance.md).
 MAX_CASSETTE_BYTES = 512 * 1024 * 1024
 
-Route = Literal["proxy", "base_url"]
-_ROUTES: tuple[str, ...] = ("proxy", "base_url")
+_ROUTES: tuple[str, ...] = tuple(r.value for r in Route)
 
 _FIX_HINT = "re-record it or restore it from version control"
 
@@ -152,7 +152,7 @@ class Cassette:
     """
 
     turns: tuple[RecordedTurn, ...]
-    route: Route = "proxy"
+    route: Route = Route.PROXY
     format: int = CASSETTE_FORMAT
     mcp: tuple[McpExchange, ...] = ()
 
@@ -357,7 +357,7 @@ class _Reader:
             )
         if fmt < 1:
             raise self.fail("top level", f"unknown cassette format {fmt}")
-        route = doc.get("route", "proxy")
+        route = doc.get("route", Route.PROXY.value)
         if route not in _ROUTES:
             raise self.fail("top level", f"route {route!r} is not one of {', '.join(_ROUTES)}")
         turns = self.field(doc, "turns", list, "top level")
@@ -370,7 +370,7 @@ class _Reader:
             raise CassetteError(self.path, str(e), "re-record the flow") from None
         return Cassette(
             turns=tuple(self.turn(t, i) for i, t in enumerate(turns)),
-            route=cast(Route, route),
+            route=Route(route),
             format=fmt,
             mcp=exchanges,
         )

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from flowproof.assertions import AssertionResult, Mismatch, evaluate
 from flowproof.cassette import Cassette, turn_views
+from flowproof.options import Route
 from flowproof.spec.clauses import parse_tool_line
 from flowproof.spec.types import (
     AgentSpec,
@@ -88,7 +89,7 @@ def _check(step: Step, trajectory: Trajectory) -> AssertionResult:
 
 def _one_step_flow(step: Step) -> FlowSpec:
     # `evaluate` reads only the steps and `strict`; the rest says "no spec file".
-    agent = AgentSpec(None, None, (), 0.0, None, "proxy", _HERE)
+    agent = AgentSpec(None, None, (), 0.0, None, Route.PROXY, _HERE)
     return FlowSpec(
         path=Path(_HERE.path),
         name="",

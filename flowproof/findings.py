@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from flowproof.events import DivergenceEvent, DoneEvent, DriftEvent, Event
+from flowproof.options import Mode
 from flowproof.verdict import StepResult
 
 __all__ = ["FINDING_KINDS", "Finding", "findings"]
@@ -59,15 +60,15 @@ def findings(
     for event in events:
         if isinstance(event, DivergenceEvent):
             out.extend(_from_divergence("divergence", event.divergence, event.text, "replayed"))
-    if mode == "compare" and compare:
+    if mode == Mode.COMPARE and compare:
         for result in compare:
             if result.get("equal") is False:
                 out.extend(_from_compare_result(result))
-    elif mode == "compare":
+    elif mode == Mode.COMPARE:
         for event in events:
             if isinstance(event, DriftEvent):
                 out.extend(_from_drift(event))
-    if (mode == "replay" or (mode == "compare" and not compare)) and not any(
+    if (mode == Mode.REPLAY or (mode == Mode.COMPARE and not compare)) and not any(
         f["kind"] == "divergence" for f in out
     ):
         # Unconsumed turns after a divergence are its cascade: the report leaves them out too.
@@ -76,7 +77,7 @@ def findings(
         for index in done.unconsumed if done is not None else ():
             out.append(
                 _finding(
-                    "missing" if mode == "replay" else "drift",
+                    "missing" if mode == Mode.REPLAY else "drift",
                     detail="missing",
                     turn=index,
                     message=f"recorded turn {index} was never requested",

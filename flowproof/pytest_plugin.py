@@ -30,12 +30,13 @@ from typing import Any
 import pytest
 
 from flowproof.errors import FlowFailure, FlowproofError
+from flowproof.options import Mode, Route, host_settings
 from flowproof.runner.collect import FLOW_SUFFIX
 from flowproof.runner.env import CAFiles, default_ca_dir, ensure_ca
-from flowproof.runner.flow import MODES, RunOptions, run_flow
+from flowproof.runner.flow import RunOptions, run_flow
+from flowproof.runner.proxy import ProxyPool, warm_enabled
 from flowproof.runner.report import next_step, render_flow
 from flowproof.runner.session import ProxySession, session_report
-from flowproof.runner.warm import ProxyPool, warm_enabled
 from flowproof.spec import load_spec
 from flowproof.trajectory import Trajectory
 
@@ -46,19 +47,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("flowproof", "flowproof flow specs (*.flow.yaml)")
     group.addoption(
         "--flowproof-mode",
-        choices=MODES,
-        default="replay",
+        choices=[m.value for m in Mode],
+        default=Mode.REPLAY.value,
         help="How *.flow.yaml items run: replay the cassette strictly (default), record a "
         "new one (kept only if the flow passes), or compare live against it.",
     )
 
 
-#: The warm proxies of this pytest process (one per xdist worker), closed at unconfigure.
+#: The proxies of this pytest process (one per xdist worker), closed at unconfigure.
 _POOL = pytest.StashKey[ProxyPool]()
 
 
-def proxy_pool(config: pytest.Config) -> ProxyPool:
-    """This pytest process's warm proxies, created on the first flow."""
+def proxy_pool(config: pytest.Config) -> ProxyPool | None:
+    """This pytest process's proxies, created on the first flow; None with
+    ``FLOWPROOF_WARM_PROXY=0`` (every flow and fixture session then gets its own)."""
+    if not warm_enabled():
+        return None
     pool = config.stash.get(_POOL, None)
     if pool is None:
         pool = config.stash[_POOL] = ProxyPool()
@@ -104,8 +108,11 @@ class FlowItem(pytest.Item):
     def runtest(self) -> None:
         mode = str(self.config.getoption("flowproof_mode"))
         _shared_ca()
-        pool = proxy_pool(self.config) if warm_enabled() else None
-        result = run_flow(self.path, RunOptions(mode=mode, proxies=pool))
+        pool = proxy_pool(self.config)
+        # The same settings flowproof-run takes from the environment (FLOWPROOF_UPSTREAM, …).
+        hosts = host_settings(os.environ)
+        options = RunOptions(mode=mode, upstream=hosts.upstream, extra_hosts=hosts.extra_hosts, proxies=pool)
+        result = run_flow(self.path, options)
         report = render_flow(result) + "\n" + next_step(result)
         self.user_properties.append(("flowproof_exit_code", result.exit_code))
         # Which warm proxy served the flow (none when it needed one of its own): the proof
@@ -161,8 +168,8 @@ class FlowproofProxy:
         self,
         cassette: Path | str,
         *,
-        route: str = "proxy",
-        upstream: Sequence[str] | None = None,
+        route: Route | str = Route.PROXY,
+        upstream: Sequence[str] = (),
         extra_hosts: Sequence[str] = (),
         allow_error_turns: bool = False,
     ) -> ProxySession:
@@ -170,9 +177,11 @@ class FlowproofProxy:
         and point this process's environment at it; build SDK clients after this call.
 
         ``route="base_url"`` sets the SDKs' base-URL variables instead of relying on
-        HTTPS_PROXY alone; ``upstream`` (default: ``FLOWPROOF_UPSTREAM``) sends a model host's
-        calls elsewhere (``api.openai.com=http://127.0.0.1:8000``). A session still open is
-        judged first: one proxy, one set of variables at a time.
+        HTTPS_PROXY alone; ``upstream`` sends a model host's calls elsewhere
+        (``api.openai.com=http://127.0.0.1:8000``) and ``extra_hosts`` names gateway hosts,
+        each on top of ``FLOWPROOF_UPSTREAM`` and ``FLOWPROOF_EXTRA_HOSTS`` as flowproof-run
+        reads them. The session is served by this pytest process's proxy. A session still
+        open is judged first: one set of variables at a time.
         """
         for open_session in self._open():
             self._judge(open_session, None)
@@ -189,6 +198,7 @@ class FlowproofProxy:
             name=self._item.nodeid,
             rerecord=f"pytest {shlex.quote(self._item.nodeid)} --flowproof-mode record",
             allow_error_turns=allow_error_turns,
+            pool=proxy_pool(self._item.config),
         )
         session.start()
         self._sessions.append(session)

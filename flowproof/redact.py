@@ -28,6 +28,7 @@ __all__ = [
     "REDACTED",
     "filter_headers",
     "is_secret_name",
+    "masked_url",
     "redact_fields",
     "redact_text",
     "redact_url",
@@ -106,6 +107,28 @@ def redact_url(url: str) -> str:
         if piece and not _is_secret_param(piece.partition("=")[0])
     ]
     return urlunsplit((parts.scheme, netloc, parts.path, "&".join(kept), parts.fragment))
+
+
+def masked_url(url: str) -> str:
+    """``url`` for a message about a setting: its userinfo, query string and fragment each
+    shown as ``…`` (a value a user typed may hold a key anywhere in them).
+
+    >>> masked_url("https://u:pw@h/p?key=sk-1#frag")
+    'https://…@h/p?…#…'
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<an unparsable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "…@" + netloc.rsplit("@", 1)[1]
+    text = f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else f"{netloc}{parts.path}"
+    if parts.query:
+        text += "?…"
+    if parts.fragment:
+        text += "#…"
+    return text
 
 
 # Names of headers, log fields and environment variables that carry a credential, beyond

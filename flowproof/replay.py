@@ -32,6 +32,7 @@ from typing import Any
 from flowproof.cassette import Cassette, RecordedTurn, turn_path_fields
 from flowproof.divergence import ClosestTurns, Divergence, explain_miss
 from flowproof.model import RequestView
+from flowproof.options import Route
 from flowproof.request_key import match_key
 from flowproof.wire import codec_by_name, with_path_fields
 
@@ -217,9 +218,9 @@ class Replayer:
         )
 
 
-_ROUTE_WORDS = {
-    "proxy": "the proxy route (HTTPS_PROXY)",
-    "base_url": "the base-URL route (OPENAI_BASE_URL and friends)",
+_ROUTE_WORDS: dict[str, str] = {
+    Route.PROXY: "the proxy route (HTTPS_PROXY)",
+    Route.BASE_URL: "the base-URL route (OPENAI_BASE_URL and friends)",
 }
 
 

@@ -45,6 +45,7 @@ from flowproof.events import (
     TlsFailedEvent,
     TurnEvent,
 )
+from flowproof.options import Mode
 
 __all__ = [
     "AgentOutcome",
@@ -205,16 +206,16 @@ def decide_exit(
     only the results it rejected fail the run), ``existing`` the recorded cassette (names missing calls).
     """
     divergences = tuple(e.text for e in events if isinstance(e, DivergenceEvent))
-    compared, unreadable = compare_results(events) if mode == "compare" else ((), ())
+    compared, unreadable = compare_results(events) if mode == Mode.COMPARE else ((), ())
     # A plain unequal result is in `compared` already; only a handler's rejection (or a
     # drift without a result) is listed as text of its own.
     drifts = tuple(
         e.text for e in events if isinstance(e, DriftEvent) and (e.handled or not e.result)
-    ) if mode == "compare" else ()
+    ) if mode == Mode.COMPARE else ()
     errors = tuple(e.text for e in events if isinstance(e, ErrorEvent)) + unreadable
     tls = tuple(e.text for e in events if isinstance(e, TlsFailedEvent))
-    missing = missing_text(events, existing) if mode == "replay" else None
-    notes: list[str] = abandoned_notes(events) if mode == "record" else []
+    missing = missing_text(events, existing) if mode == Mode.REPLAY else None
+    notes: list[str] = abandoned_notes(events) if mode == Mode.RECORD else []
     base = Verdict(
         EXIT_OK, divergences=divergences, drifts=drifts, missing=missing, errors=errors, compare=compared
     )
@@ -222,7 +223,7 @@ def decide_exit(
     def failed(
         code: int, error: str | None = None, *, reject: bool = True, **changes: Any
     ) -> Verdict:
-        fate: RecordingFate = "reject" if reject and mode == "record" else "none"
+        fate: RecordingFate = "reject" if reject and mode == Mode.RECORD else "none"
         fields: dict[str, Any] = {"notes": tuple(notes), **changes}
         return _replace(base, exit_code=code, recording=fate, error=error, **fields)
 
@@ -239,11 +240,11 @@ def decide_exit(
         return failed(EXIT_AGENT, errors[0], notes=(), failure="upstream" if upstream else None)
     if not any(isinstance(e, DoneEvent) for e in events):
         notes.append("the proxy did not report a clean shutdown (no `done` event)")
-        if mode == "record":
+        if mode == Mode.RECORD:
             return failed(
                 EXIT_AGENT, "the proxy did not finish writing the recording — nothing was saved"
             )
-        if mode in ("replay", "compare"):
+        if mode in (Mode.REPLAY, Mode.COMPARE):
             # The recorded turns never requested are found at shutdown: without the `done`
             # event a run that skipped calls would pass unchecked.
             return failed(
@@ -262,9 +263,9 @@ def decide_exit(
         return _replace(result, exit_code=EXIT_DRIFT)
     if not all(s.passed for s in checked):
         return _replace(
-            result, exit_code=EXIT_ASSERTION, recording="reject" if mode == "record" else "none"
+            result, exit_code=EXIT_ASSERTION, recording="reject" if mode == Mode.RECORD else "none"
         )
-    return _replace(result, recording="keep" if mode == "record" else "none")
+    return _replace(result, recording="keep" if mode == Mode.RECORD else "none")
 
 
 def _replace(verdict: Verdict, **changes: Any) -> Verdict:

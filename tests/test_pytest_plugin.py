@@ -10,6 +10,7 @@ from xml.etree import ElementTree
 import pytest
 
 from flowproof.runner.env import ensure_ca
+from flowproof.testing import FakeModelServer, load_script
 
 from .runner.conftest import FAKE_ADDON
 from .runner.helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events, write_script, write_spec
@@ -163,6 +164,31 @@ class TestWarmProxyPerWorker:
         # One proxy per worker, never one per flow; no two workers share one.
         assert all(len(pids) == 1 for pids in proxy_of.values()), proxy_of
         assert len(set.union(*proxy_of.values())) == len(proxy_of)
+
+
+class TestEnvironmentSettings:
+    def test_a_recorded_flow_goes_to_the_mapped_upstream_not_the_provider(
+        self, pytester: pytest.Pytester, ca_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """FLOWPROOF_UPSTREAM reaches a flow item as it reaches flowproof-run: the recording is
+        made against the fake model server (the item used to ignore it and send the agent's
+        calls to the real provider)."""
+        for name in ("FLOWPROOF_ADDON_SCRIPT", "FLOWPROOF_EXTRA_HOSTS", "OPENAI_BASE_URL", "HTTPS_PROXY",
+                     "HTTP_PROXY", "https_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("FLOWPROOF_CA_DIR", str(ca_dir))
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+        specs = pytester.path / "specs"
+        specs.mkdir()
+        examples = ROOT / "example_specs"
+        shutil.copy(examples / "booking_agent.py", specs)
+        shutil.copy(examples / "booking.flow.yaml", specs)
+        with FakeModelServer(load_script(examples / "fake_model" / "booking.json").replies) as server:
+            monkeypatch.setenv("FLOWPROOF_UPSTREAM", f"api.openai.com={server.url}")
+            res = pytester.runpytest_subprocess("specs", "--flowproof-mode", "record", timeout=300)
+            res.assert_outcomes(passed=1)
+            assert len(server.model_requests) == 3
+        assert (specs / "booking.cassette.json").exists()
 
 
 class TestOwnSuite:

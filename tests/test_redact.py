@@ -19,6 +19,7 @@ from flowproof.redact import (
     REDACTED,
     filter_headers,
     is_secret_name,
+    masked_url,
     redact_fields,
     redact_text,
     redact_url,
@@ -131,6 +132,18 @@ class TestRedaction:
         assert "SECRET" not in text
         for value in SECRETS.values():
             assert value not in text
+
+
+class TestMaskedUrl:
+    @pytest.mark.parametrize(("url", "shown"), [
+        ("http://h:1/v1?key=sk-1", "http://h:1/v1?…"),
+        ("https://u:pw@h/p#frag", "https://…@h/p#…"),
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://[::1", "<an unparsable URL>"),
+    ])
+    def test_masks_query_userinfo_fragment(self, url: str, shown: str) -> None:
+        """A URL in a message about a setting shows none of the parts that may hold a key."""
+        assert masked_url(url) == shown
 
 
 class TestLogRedaction:

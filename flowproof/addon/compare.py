@@ -19,6 +19,7 @@ from flowproof.cassette import Cassette, RecordedTurn, turn_views
 from flowproof.errors import FlowproofError
 from flowproof.events import ComparedEvent, DoneEvent, DriftEvent, ErrorEvent
 from flowproof.model import Turn
+from flowproof.options import Mode
 from flowproof.replay import codec_view
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ __all__ = ["Compare"]
 class Compare(LiveCalls):
     """The compare concern: each live turn against the turn at its place; ``done`` reports the rest."""
 
-    mode = "compare"
+    mode = Mode.COMPARE
 
     def __init__(self, shared: Shared) -> None:
         super().__init__(shared)

@@ -17,7 +17,6 @@ cassette is parsed once, in ``configure``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,34 +26,20 @@ from mitmproxy.addonmanager import Loader
 from flowproof.addon.compare import Compare
 from flowproof.addon.eventlog import EventLog
 from flowproof.addon.mcp import McpBoundary
-from flowproof.addon.options import MODES, ROUTES, AddonConfig, Mode, build_config, option_values
+from flowproof.addon.options import AddonConfig, options_by_hand
 from flowproof.addon.record import Record
 from flowproof.addon.replay import Replay
 from flowproof.addon.shared import Shared, config_record_command, log
-from flowproof.addon.warm import WarmSessions
+from flowproof.addon.warm import BuildState, WarmSessions
 from flowproof.cassette import load_cassette
 from flowproof.errors import FlowproofError, SpecError
 from flowproof.events import Listener, ReadyEvent, TlsFailedEvent
-from flowproof.mcp import parse_route
+from flowproof.options import OPTIONS, Mode, ProxyOptions
 from flowproof.replay import Replayer, route_mismatch
 
-__all__ = ["CONCERNS", "OPTION_NAMES", "FlowState", "Flowproof", "build_flow_state"]
+__all__ = ["CONCERNS", "FlowState", "Flowproof", "build_flow_state"]
 
-#: The short names of every option (``flowproof_<name>``), in the order `load` registers them.
-OPTION_NAMES: tuple[str, ...] = (
-    "mode",
-    "cassette",
-    "spec",
-    "upstream",
-    "extra_hosts",
-    "route",
-    "report",
-    "compare_handler",
-    "cwd",
-    "home",
-    "mcp",
-)
-_OPTIONS = frozenset(f"flowproof_{n}" for n in (*OPTION_NAMES, "control"))
+_OPTIONS = frozenset(o.name for o in OPTIONS)
 
 #: The addon that handles model calls in each mode.
 CONCERNS: dict[Mode, type[Record | Replay | Compare]] = {
@@ -80,23 +65,14 @@ class FlowState:
         return [self.mcp, self.concern, self.shared.events]
 
 
-def build_flow_state(
-    values: Mapping[str, object], environ: Mapping[str, str] | None = None, previous: Shared | None = None
-) -> FlowState:
-    """The `FlowState` for raw option values (``{"mode": …, "cassette": …}``); raises
-    mitmproxy's ``OptionsError`` naming the option that is wrong. ``previous``'s open event
-    log is kept when the log path did not change (a reconfigure never truncates it)."""
+def build_flow_state(options: ProxyOptions, previous: Shared | None = None) -> FlowState:
+    """The `FlowState` for one flow's resolved ``options``; raises mitmproxy's ``OptionsError``
+    saying what is wrong. ``previous``'s open event log is kept when the log path did not
+    change (a reconfigure never truncates it)."""
     try:
-        config = build_config(values, environ)
-    except SpecError as e:
-        raise exceptions.OptionsError(f"Cannot load flowproof_spec {values['spec']}: {e}") from None
-    except (ValueError, FlowproofError) as e:
-        raise exceptions.OptionsError(f"Cannot parse {e}") from None
-
-    try:
-        routes = [parse_route(str(v)) for v in values.get("mcp") or ()]  # type: ignore[attr-defined]
+        config = AddonConfig.build(options)
     except ValueError as e:
-        raise exceptions.OptionsError(f"Cannot parse flowproof_mcp: {e}") from None
+        raise exceptions.OptionsError(f"Cannot parse {e}") from None
     replayer = Flowproof._replayer(config) if config.mode is not Mode.RECORD else None
     if config.mode is Mode.RECORD:
         _check_record_target(config)
@@ -107,19 +83,16 @@ def build_flow_state(
             shared.events = previous.events  # keep the open log
         else:
             previous.events.close()
-    return FlowState(shared, McpBoundary(shared, routes), CONCERNS[config.mode](shared))
-
-
-def wants_lazy(shared: Shared) -> bool:
-    """Replay must never dial the real host, and a mapped host may not even resolve:
-    mitmproxy's default (eager) strategy connects upstream at CONNECT time."""
-    return shared.config.mode is Mode.REPLAY or bool(shared.config.upstream)
+    return FlowState(shared, McpBoundary(shared, options.mcp), CONCERNS[config.mode](shared))
 
 
 class Flowproof:
     """The flowproof addon (``mitmdump -s addon/flowproof_addon.py``); options in docs/internals.md."""
 
-    def __init__(self) -> None:
+    def __init__(self, build: BuildState | None = None) -> None:
+        #: What a session's options become on a warm proxy (`build_flow_state`; a test's
+        #: stand-in addon builds scripted sessions instead).
+        self._build: BuildState = build or build_flow_state
         self.shared = Shared()
         self.concern: Record | Replay | Compare = Replay(self.shared)
         self.mcp = McpBoundary(self.shared)
@@ -144,57 +117,9 @@ class Flowproof:
     # ------------------------------------------------------------------ options
 
     def load(self, loader: Loader) -> None:
-        loader.add_option(
-            "flowproof_mode", str, "replay",
-            "What flowproof does with model calls: record them, replay the cassette, or compare live calls with it.",
-            choices=MODES,
-        )
-        loader.add_option(
-            "flowproof_cassette", str, "",
-            "The cassette path, read in replay and compare and written atomically at shutdown in record.",
-        )
-        loader.add_option(
-            "flowproof_spec", str, "",
-            "The flow spec whose tools, volatile rules and on_compare handler apply to the model calls.",
-        )
-        loader.add_option(
-            "flowproof_upstream", Sequence[str], [],
-            "Send a model host's calls elsewhere, as HOST=URL (api.openai.com=http://127.0.0.1:8000).",
-        )
-        loader.add_option(
-            "flowproof_extra_hosts", Sequence[str], [],
-            "Extra OpenAI-compatible gateway hosts whose requests are model calls.",
-        )
-        loader.add_option(
-            "flowproof_route", str, "proxy",
-            "The route the agent uses (stored in cassettes; replay refuses a cassette from the other route).",
-            choices=ROUTES,
-        )
-        loader.add_option(
-            "flowproof_report", str, "",
-            "A JSON-lines event log for the runner, appended to and flushed per event.",
-        )
-        loader.add_option(
-            "flowproof_compare_handler", str, "",
-            "A module:function that receives each compare result instead of drift failing the run.",
-        )
-        loader.add_option(
-            "flowproof_cwd", str, "",
-            "The agent's working directory, stored as a placeholder in cassettes (default: the spec's).",
-        )
-        loader.add_option(
-            "flowproof_home", str, "",
-            "The agent's HOME, stored as a placeholder in cassettes (default: $HOME when a spec is given).",
-        )
-        loader.add_option(
-            "flowproof_mcp", Sequence[str], [],
-            "A spec's MCP server and its real url, as NAME=URL: its declared tools are answered here.",
-        )
-        loader.add_option(
-            "flowproof_control", str, "",
-            "A Unix socket path: serve many flows, each opened there with its own options and "
-            "listeners (flowproof-run does this); the other flowproof_* options are then unused.",
-        )
+        for option in OPTIONS:  # the one table (flowproof.options, docs/internals.md)
+            default = list(option.default) if isinstance(option.default, tuple) else option.default
+            loader.add_option(option.name, option.typespec, default, option.help, choices=option.choices)
 
     def configure(self, updated: set[str]) -> None:
         if not updated & _OPTIONS:
@@ -216,18 +141,24 @@ class Flowproof:
         control = str(ctx.options.flowproof_control or "")
         if control:
             if self.warm is None:
-                self.warm = WarmSessions(Path(control), build_flow_state, wants_lazy)
+                self.warm = WarmSessions(Path(control), self._build)
             self.shared.events.path = Path(ctx.options.flowproof_report) if ctx.options.flowproof_report else None
             return
         if self.warm is not None:
             raise exceptions.OptionsError("flowproof_control cannot be unset on a running proxy")
-        values = option_values(ctx.options, OPTION_NAMES)
-        state = build_flow_state(values, previous=self.shared)
+        values = {o.name: getattr(ctx.options, o.name) for o in OPTIONS}
+        try:
+            options = options_by_hand(values)
+        except SpecError as e:
+            raise exceptions.OptionsError(f"Cannot load flowproof_spec {values['flowproof_spec']}: {e}") from None
+        except (ValueError, FlowproofError) as e:
+            raise exceptions.OptionsError(f"Cannot parse {e}") from None
+        state = build_flow_state(options, previous=self.shared)
         self.shared, self.mcp, self.concern = state.shared, state.mcp, state.concern
 
         # (The option belongs to mitmproxy's proxyserver addon, absent in bare test contexts.)
         if (
-            wants_lazy(state.shared)
+            options.dials_lazily
             and "connection_strategy" in ctx.options
             and ctx.options.connection_strategy != "lazy"
         ):

@@ -20,6 +20,7 @@ from flowproof.addon.shared import Shared, content_of, elapsed_ms, log, refuse_u
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.errors import FlowproofError
 from flowproof.events import ErrorEvent, TurnEvent
+from flowproof.options import Mode
 from flowproof.recorder import (
     PendingCall,
     is_event_stream,
@@ -68,7 +69,7 @@ class LiveCalls:
     """Forwards model calls and assembles their turns; subclasses decide what a turn is for."""
 
     #: The flowproof mode named in ``turn`` events.
-    mode = ""
+    mode: Mode
 
     def __init__(self, shared: Shared) -> None:
         self.shared = shared

@@ -45,6 +45,7 @@ from flowproof.mcp import (
     exchange_key,
     miss_response,
 )
+from flowproof.options import Mode
 from flowproof.wire.sse import SSEDecoder, SSEEvent
 
 __all__ = ["McpBoundary"]
@@ -74,15 +75,12 @@ class McpBoundary:
 
     def __init__(self, shared: Shared, routes: Sequence[McpRoute] = ()) -> None:
         self.shared = shared
-        self.mode = shared.config.mode.value
+        self.mode = shared.config.mode
         self.routes = tuple(routes)
-        spec = shared.config.spec
-        self.answers: dict[str, Mapping[str, Any]] = {
-            server.name: {t.name: t.result for t in server.tools if t.has_result}
-            for server in (spec.mcp if spec is not None else ())
-        }
+        #: The declared answers (the spec's ``mcp:`` tools with a ``result:``), by server.
+        self.answers: Mapping[str, Mapping[str, Any]] = shared.config.options.mcp_answers
         recorded = shared.replayer.cassette.mcp if shared.replayer is not None else ()
-        self.replayer = McpReplayer(tuple(recorded)) if self.mode == "replay" else None
+        self.replayer = McpReplayer(tuple(recorded)) if self.mode is Mode.REPLAY else None
         self._pending: dict[str, _Pending] = {}
         self._ours: set[str] = set()
         self._legacy_reported = False
@@ -160,10 +158,10 @@ class McpBoundary:
         if decision.body is not None:
             raw = [m.raw for m in decision.body.messages]
             request_doc = raw if decision.body.batch else raw[0]
-        if self.mode == "replay":
+        if self.mode is Mode.REPLAY:
             self._replay(flow, route, method, path, request_doc, decision)
             return
-        if self.mode == "record" and method == "POST":
+        if self.mode is Mode.RECORD and method == "POST":
             self._pending[flow.id] = _Pending(route, method, path, request_doc,
                                               exchange_key(method, path, request_doc))
         # The recorder reads SSE text; a compressed stream could not be tapped.

@@ -9,6 +9,7 @@ from flowproof.addon.shared import Shared, log
 from flowproof.cassette import Cassette, RecordedTurn, save_cassette
 from flowproof.errors import FlowproofError
 from flowproof.events import DoneEvent, ErrorEvent
+from flowproof.options import Mode
 
 __all__ = ["Record"]
 
@@ -16,7 +17,7 @@ __all__ = ["Record"]
 class Record(LiveCalls):
     """The record concern: the live turns in completion order, saved by ``done``."""
 
-    mode = "record"
+    mode = Mode.RECORD
 
     def __init__(self, shared: Shared) -> None:
         super().__init__(shared)
@@ -38,7 +39,7 @@ class Record(LiveCalls):
         assert path is not None  # configure refuses record without a cassette
         events = self.shared.events
         cassette = Cassette(
-            tuple(self.turns), route=config.route, mcp=tuple(self.shared.mcp_exchanges)  # type: ignore[arg-type]
+            tuple(self.turns), route=config.route, mcp=tuple(self.shared.mcp_exchanges)
         )
         try:
             save_cassette(cassette, path)

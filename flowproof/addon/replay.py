@@ -18,6 +18,7 @@ from flowproof.addon.hold import HOLD_HEADER, Held, HoldServer
 from flowproof.addon.shared import JSON_HEADERS, Shared, elapsed_ms, log, refuse_unhandled
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.events import DivergenceEvent, TurnEvent
+from flowproof.options import Mode
 from flowproof.replay import Miss, codec_view
 from flowproof.request_key import PreparedRequest
 from flowproof.wire import Codec, with_path_fields
@@ -128,7 +129,7 @@ class Replay:
         if turn.abandoned:
             self._hold(flow, turn)
             shared.events.write(
-                TurnEvent(flow.id, "replay", turn, elapsed_ms(flow)), request_json=request_json
+                TurnEvent(flow.id, Mode.REPLAY, turn, elapsed_ms(flow)), request_json=request_json
             )
             log.info("turn_replayed_abandoned", flow_id=flow.id, provider=codec.name, turn=turn.index)
             return
@@ -137,7 +138,7 @@ class Replay:
         content = shared.config.normalizer.restore(recorded.content())
         flow.response = http.Response.make(recorded.status, content, replay_headers(recorded))
         ms = elapsed_ms(flow)
-        shared.events.write(TurnEvent(flow.id, "replay", turn, ms), request_json=request_json)
+        shared.events.write(TurnEvent(flow.id, Mode.REPLAY, turn, ms), request_json=request_json)
         log.info("turn_replayed", flow_id=flow.id, provider=codec.name, turn=turn.index, ms=ms)
 
     def _hold(self, flow: http.HTTPFlow, turn: RecordedTurn) -> None:

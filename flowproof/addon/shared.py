@@ -20,6 +20,7 @@ from flowproof.errors import FlowproofError
 from flowproof.events import DoneEvent, ErrorEvent, RequestStartedEvent
 from flowproof.log import addon_logger
 from flowproof.mcp import McpExchange
+from flowproof.options import Route
 from flowproof.redact import redact_url
 from flowproof.replay import Replayer
 from flowproof.request_key import PreparedRequest, prepare_request
@@ -72,8 +73,8 @@ def _split_query(target: str) -> tuple[str, str]:
 def config_record_command(config: AddonConfig) -> str:
     """The command that records the configured cassette: ``flowproof-run`` with a spec,
     else the bare mitmdump command."""
-    if config.spec is not None:
-        return record_command(config.spec.path)
+    if config.options.spec is not None:
+        return record_command(config.options.spec)
     return addon_record_command(config.cassette)
 
 
@@ -108,7 +109,7 @@ class Shared:
         req = flow.request
         host = req.pretty_host
         path, query = _split_query(req.path)
-        if self.config.route == "base_url" and (api_path := base_url_path(normalize_host(host), path)):
+        if self.config.route is Route.BASE_URL and (api_path := base_url_path(normalize_host(host), path)):
             # A client that expects the version in the base URL (the Vercel AI SDK's `/messages`):
             # the same call as the API's own path, forwarded and recorded as that path.
             req.path = api_path + query

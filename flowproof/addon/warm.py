@@ -14,10 +14,12 @@ a request on no open session's listener is answered 502 and never forwarded.
 The protocol (docs/runner.md, "One warm proxy for many flows"): one JSON object
 a line, one connection per session.
 
-- ``{"op": "open", "options": {<flowproof_* by short name>}, "env": {…},
-  "listeners": ["regular", "reverse:https://api.openai.com", …]}`` →
-  ``{"ok": true, "listen": [{"mode", "host", "port"}, …]}`` or
-  ``{"ok": false, "error": "…"}``. A listener without ``@PORT`` gets a free port.
+- ``{"op": "open", "options": {…}}`` → ``{"ok": true, "listen": [{"mode", "host", "port"}, …]}``
+  or ``{"ok": false, "error": "…"}``. The options are `flowproof.options.to_json` of the
+  flow's `ProxyOptions`: every ``flowproof_*`` option by field name, the spec's data
+  resolved (tool results, volatile rules, MCP answers: the spec itself is never read
+  here), and ``listeners`` (``["regular", "reverse:https://api.openai.com", …]``; one
+  without ``@PORT`` gets a free port).
 - ``{"op": "close"}`` → ``{"ok": true}`` once the session's ``done`` chain has
   run (the recording is written, the ``done`` event logged), as a single-flow
   proxy's shutdown would.
@@ -53,15 +55,16 @@ from mitmproxy.proxy import mode_specs
 
 from flowproof.addon.shared import JSON_HEADERS, Shared, log
 from flowproof.events import ErrorEvent, Listener, ReadyEvent
+from flowproof.options import ProxyOptions, from_json
 
-__all__ = ["CLOSE_WAIT", "Session", "WarmSessions"]
+__all__ = ["CLOSE_WAIT", "BuildState", "Session", "WarmSessions"]
 
 #: Bound on one control line (options are paths and short strings; env may be a few KB).
 _MAX_LINE = 1 << 20
 #: Attempts at binding a session's listeners on fresh free ports before giving up.
 _BIND_ATTEMPTS = 3
 #: How long a ``close`` waits for a session's queued work before aborting it: below the
-#: runner's own wait for the reply (`runner.warm.WarmSession.stop`, 10 s), so the runner
+#: runner's own wait for the reply (`runner.proxy.FlowProxy.stop`, 10 s), so the runner
 #: hears why instead of giving the whole proxy up.
 CLOSE_WAIT = 8.0
 
@@ -75,7 +78,7 @@ class _State(Protocol):
     def addons(self) -> list[object]: ...
 
 
-BuildState = Callable[[Mapping[str, Any], Mapping[str, str]], _State]
+BuildState = Callable[[ProxyOptions], _State]
 
 
 @dataclass(slots=True)
@@ -155,12 +158,9 @@ def _with_port(spec: str) -> tuple[str, bool]:
 class WarmSessions:
     """The router (the root addon's only child in a warm proxy) and the control server."""
 
-    def __init__(
-        self, control: Path, build: BuildState, wants_lazy: Callable[[Shared], bool]
-    ) -> None:
+    def __init__(self, control: Path, build: BuildState) -> None:
         self.control = control
         self._build = build
-        self._wants_lazy = wants_lazy
         self.by_port: dict[int, Session] = {}
         self._open_sessions: list[Session] = []
         self._numbers = 0
@@ -273,14 +273,14 @@ class WarmSessions:
     # ------------------------------------------------------------------ sessions
 
     async def _open(self, message: Mapping[str, Any]) -> Session:
-        options = message.get("options")
-        specs = message.get("listeners")
-        env = message.get("env") or {}
-        if not isinstance(options, dict) or not isinstance(specs, list) or not specs:
-            raise exceptions.OptionsError("an open message needs options and listeners")
-        state = self._build(options, {**os.environ, **{str(k): str(v) for k, v in env.items()}})
+        try:
+            options = from_json(message.get("options"))
+        except ValueError as e:
+            raise exceptions.OptionsError(f"Cannot parse {e}") from None
+        # Loading the flow's cassette (seconds for a big one) runs off the loop, like its hooks.
+        state = await asyncio.to_thread(self._build, options)
         lazy = "connection_strategy" in ctx.options and ctx.options.connection_strategy == "lazy"
-        if self._wants_lazy(state.shared) != lazy:
+        if options.dials_lazily != lazy:
             # One strategy per process: a flow that needs the other one gets its own proxy.
             self._abort_state(state)
             raise exceptions.OptionsError(
@@ -291,7 +291,7 @@ class WarmSessions:
         self._numbers += 1
         session = Session(self._numbers, state)
         try:
-            await self._listen(session, [str(s) for s in specs])
+            await self._listen(session, list(options.listeners))
         except exceptions.OptionsError:
             self._abort_state(state)
             raise

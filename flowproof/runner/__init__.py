@@ -6,6 +6,6 @@ The adapter that does the I/O around the pure core. Public entry points:
 
 from __future__ import annotations
 
-from flowproof.runner.proxy import ProxySettings, RunningProxy, start_proxy
+from flowproof.runner.proxy import FlowProxy, ProxyPool, start_proxy
 
-__all__ = ["ProxySettings", "RunningProxy", "start_proxy"]
+__all__ = ["FlowProxy", "ProxyPool", "start_proxy"]

@@ -26,22 +26,16 @@ from flowproof.cassette_check import check_cassette, error_turns
 from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, SpecError
 from flowproof.heal import diff_cassettes
 from flowproof.log import configure as configure_logging
+from flowproof.options import Mode, Route, base_url_ports, host_settings
 from flowproof.printable import printable
 from flowproof.runner.collect import collect_specs
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
-from flowproof.runner.flags import (
-    check_cassette_flag,
-    check_extra_host,
-    check_one_writer,
-    check_proxy_port,
-    check_upstream_url,
-    redact_url,
-)
-from flowproof.runner.flow import REVERSE_HOSTS, STAGED, Cancel, RunOptions, run_flow
+from flowproof.runner.flags import check_cassette_flag, check_one_writer, check_proxy_port
+from flowproof.runner.flow import STAGED, Cancel, RunOptions, run_flow
 from flowproof.runner.html import write_html
 from flowproof.runner.progress import Progress, status_line_enabled
+from flowproof.runner.proxy import ProxyPool, warm_enabled
 from flowproof.runner.report import render_json, render_text, show_cassette, worst_exit, write_junit
-from flowproof.runner.warm import ProxyPool, warm_enabled
 from flowproof.spec import load_spec, unresolved_problems
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -69,32 +63,6 @@ def _edge(func: F) -> F:
             raise _Exit(e) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def parse_extra_hosts(values: Sequence[str], environ_value: str | None) -> tuple[str, ...]:
-    """Gateway hosts from ``--extra-host`` and ``FLOWPROOF_EXTRA_HOSTS`` (comma-separated)."""
-    items = [*values, *(environ_value or "").split(",")]
-    hosts = []
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
-        hosts.append(check_extra_host(item))
-    return tuple(dict.fromkeys(hosts))
-
-
-def parse_upstream(values: Sequence[str], environ_value: str | None) -> tuple[str, ...]:
-    """``HOST=URL`` items from the options and ``FLOWPROOF_UPSTREAM`` (comma-separated), validated."""
-    items = [v.strip() for v in (environ_value or "").split(",") if v.strip()] + list(values)
-    out: list[str] = []
-    for item in items:
-        host, sep, url = item.partition("=")
-        if not sep or not host.strip() or "://" not in url:
-            raise FlowproofError(
-                f"bad upstream `{redact_url(item)}` — write HOST=URL, "
-                "e.g. api.openai.com=http://127.0.0.1:8000"
-            )
-        out.append(f"{host.strip()}={check_upstream_url(host.strip(), url.strip())}")
-    return tuple(out)
 
 
 def parse_shard(value: str | None) -> tuple[int, int] | None:
@@ -282,12 +250,11 @@ def run_command(
         raise FlowproofError("--proxy-port fixes one port, so it cannot be used with -j N > 1")
     selected = select_shard(specs, parse_shard(shard))
     # Every flag is checked before any flow starts (exit 2, one line; URLs shown redacted).
-    parsed_upstream = parse_upstream(upstream, os.environ.get("FLOWPROOF_UPSTREAM"))
-    parsed_hosts = parse_extra_hosts(extra_hosts, os.environ.get("FLOWPROOF_EXTRA_HOSTS"))
+    hosts = host_settings(os.environ, upstream=upstream, extra_hosts=extra_hosts)
     check_proxy_port(proxy_port)
     if cassette is not None:
         check_cassette_flag(str(cassette))
-    if mode == "record" and len(selected) > 1:
+    if mode == Mode.RECORD and len(selected) > 1:
         check_one_writer(_cassettes_of(selected))
     cancel = Cancel()
     status = status_line_enabled(sys.stdout, json_report=as_json, quiet=quiet, environ=os.environ)
@@ -296,8 +263,8 @@ def run_command(
     options = RunOptions(
         mode=mode,
         cassette=cassette,
-        upstream=parsed_upstream,
-        extra_hosts=parsed_hosts,
+        upstream=hosts.upstream,
+        extra_hosts=hosts.extra_hosts,
         proxy_port=proxy_port,
         timeout=timeout,
         compare_handler=compare_handler,
@@ -308,10 +275,10 @@ def run_command(
     results = []
     if selected:
         # Each flow has its own listeners, log, state and agent, so flows are independent;
-        # several flows share one warm proxy (a session each) instead of one mitmdump each.
+        # they share one proxy (a session each) instead of one mitmdump each.
         # Ctrl-C / SIGTERM reach the flows through `cancel`: the agents and proxies run in
         # their own sessions, so only the runner can stop them.
-        pool = ProxyPool() if len(selected) > 1 and warm_enabled() else None
+        pool = ProxyPool() if warm_enabled() else None
         restore = _on_signals(cancel)
         try:
             results = _run_flows(selected, replace(options, proxies=pool), jobs, cancel, run_flow)
@@ -425,15 +392,12 @@ def env_command(proxy_port: int, base_url: bool) -> None:
     """Print the exports an agent started by hand needs (eval "$(flowproof env)")."""
 
     ca = ensure_ca(default_ca_dir())
-    reverse = {}
-    if base_url:
-
-        reverse = {h: f"http://127.0.0.1:{proxy_port + 1 + i}" for i, h in enumerate(REVERSE_HOSTS)}
+    reverse = {h: f"http://127.0.0.1:{p}" for h, p in base_url_ports(proxy_port).items()} if base_url else {}
     env = agent_env(
         dict(os.environ),
         proxy_url=f"http://127.0.0.1:{proxy_port}",
         ca=ca,
-        route="base_url" if base_url else "proxy",
+        route=Route.BASE_URL if base_url else Route.PROXY,
         reverse_urls=reverse,
     )
     for line in export_lines(env, os.environ):

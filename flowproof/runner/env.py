@@ -19,6 +19,7 @@ from pathlib import Path
 import certifi
 
 from flowproof.errors import CAError
+from flowproof.options import Route
 from flowproof.wire.providers import PROVIDERS, base_url_vars, model_host_suffixes
 from flowproof.wire.providers import (
     model_hosts as _wire_model_hosts,  # `model_hosts` is a parameter below
@@ -191,7 +192,7 @@ def agent_env(
     *,
     proxy_url: str,
     ca: CAFiles,
-    route: str = "proxy",
+    route: Route = Route.PROXY,
     reverse_urls: Mapping[str, str] | None = None,
     placeholder_keys: bool = False,
     model_hosts: Iterable[str] = (),
@@ -237,7 +238,7 @@ def agent_env(
     # injected error should fail fast (docs/proxy-env.md).
     env.setdefault("CLAUDE_CODE_MAX_RETRIES", "2")
 
-    if route == "base_url":
+    if route == Route.BASE_URL:
         for host, var in base_url_vars():
             url = (reverse_urls or {}).get(host)
             if url:

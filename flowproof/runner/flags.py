@@ -1,86 +1,23 @@
 """Command-line values checked before anything starts.
 
-A bad ``--upstream``, ``--extra-host``, ``--proxy-port`` or ``--shard`` must end the
-run at once with exit 2 and one line saying what to write instead, never reach
-mitmproxy (whose own error is a traceback blamed on the agent). A URL is only ever
-echoed back through `redact_url`: a query string (``?key=…``) or ``user:password@``
-never reaches the terminal or a report.
+A bad ``--proxy-port``, ``--cassette`` or ``--record`` set must end the run at once
+with exit 2 and one line saying what to write instead, never reach mitmproxy (whose
+own error is a traceback blamed on the agent). ``--upstream`` and ``--extra-host``
+(and their environment variables) are checked by `flowproof.options.host_settings`,
+with the parsers the addon itself uses.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import re
 import socket
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from flowproof.errors import FlowproofError
 
-__all__ = ["check_cassette_flag", "check_one_writer", "check_extra_host", "check_proxy_port", "check_upstream_url",
-           "redact_url"]
-
-# A DNS name or an IPv4 address, with an optional port: what mitmproxy can route on.
-_HOST = re.compile(r"(?=.{1,253}(:\d+)?$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-                   r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?(:\d{1,5})?")
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its userinfo, query string and fragment (each shown as ``…``)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<an unparsable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "…@" + netloc.rsplit("@", 1)[1]
-    text = f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else f"{netloc}{parts.path}"
-    if parts.query:
-        text += "?…"
-    if parts.fragment:
-        text += "#…"
-    return text
-
-
-def check_upstream_url(host: str, url: str) -> str:
-    """A ``--upstream HOST=URL`` target, validated; FlowproofError (exit 2) otherwise."""
-    shown = f"--upstream {host}={redact_url(url)}"
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as e:
-        raise FlowproofError(f"bad {shown}: {e} — write HOST=http(s)://host[:port][/path]") from None
-    if parts.scheme not in ("http", "https"):
-        raise FlowproofError(f"bad {shown}: the URL must start with http:// or https://")
-    if not parts.hostname:
-        raise FlowproofError(f"bad {shown}: the URL names no host — e.g. http://127.0.0.1:8000")
-    if parts.username is not None or parts.password is not None:
-        raise FlowproofError(
-            f"bad {shown}: the URL carries a user name or password — remove it; the agent's "
-            "own key is forwarded upstream"
-        )
-    if parts.query or parts.fragment or url.rstrip().endswith(("?", "#")):
-        raise FlowproofError(
-            f"bad {shown}: the URL has a query string or fragment, which flowproof does not "
-            "forward — remove it (and keep keys out of URLs)"
-        )
-    if port == 0:
-        raise FlowproofError(f"bad {shown}: port 0 cannot be dialled")
-    if not _HOST.fullmatch(host.strip()):
-        raise FlowproofError(f"bad {shown}: `{host}` is not a host name")
-    return url
-
-
-def check_extra_host(host: str) -> str:
-    """A ``--extra-host`` value: a bare host name (optionally ``:port``), lower-cased."""
-    if not _HOST.fullmatch(host):
-        shown = redact_url(host) if "://" in host or "@" in host or "?" in host else host
-        raise FlowproofError(
-            f"bad extra host `{shown}` — give a bare host name, e.g. llm-gateway.internal"
-        )
-    return host.lower()
+__all__ = ["check_cassette_flag", "check_one_writer", "check_proxy_port"]
 
 
 def check_proxy_port(port: int) -> None:

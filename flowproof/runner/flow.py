@@ -39,6 +39,7 @@ from flowproof.events import Event, McpRejectedEvent, TurnEvent, parse_events
 from flowproof.guard import guard_evidence
 from flowproof.mcp import calls_from_events
 from flowproof.model import Turn
+from flowproof.options import Mode, ProxyOptions, Route, Upstream, choose, listeners_for, with_spec
 from flowproof.runner.agents import AgentRun, EventSource, run_command_agent, run_url_agent
 from flowproof.runner.env import (
     CAFiles,
@@ -52,28 +53,17 @@ from flowproof.runner.mcp import (
     agent_variables,
     check_reachable,
     plan_listeners,
-    proxy_args,
     replay_environ,
+    reverse_listeners,
 )
 from flowproof.runner.progress import Progress
-from flowproof.runner.proxy import (
-    ProxySettings,
-    RunningProxy,
-    free_port,
-    scratch_prefix,
-    start_proxy,
-)
+from flowproof.runner.proxy import FlowProxy, ProxyPool, free_port, scratch_prefix, start_proxy
 from flowproof.runner.recording import Staging
-from flowproof.runner.warm import ProxyPool, WarmSession, warm_key
 from flowproof.spec import FlowSpec, load_spec, resolve_variables
 from flowproof.spec.types import AgentSpec, ToolCallAssertion
 from flowproof.trajectory import MCP, boundary_of, build_trajectory
 from flowproof.verdict import StepResult, decide_exit
-from flowproof.wire.providers import reverse_hosts
 
-MODES = ("replay", "record", "compare")
-#: Reverse listeners opened for ``agent.route: base_url`` (one per upstream in the provider table).
-REVERSE_HOSTS = reverse_hosts()
 #: Staging files of the recordings in progress: a runner that must exit at once after a
 #: signal (a flow stuck where it cannot see the cancel) removes them on its way out.
 STAGED: set[Path] = set()
@@ -98,25 +88,26 @@ class Cancel:
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    """How to run flows (from the command line). ``environ`` defaults to ``os.environ``."""
+    """How to run flows (from the command line, a pytest item). ``environ`` defaults to
+    ``os.environ``; ``upstream`` and ``extra_hosts`` come from `flowproof.options.host_settings`
+    at every entry point (flags and ``FLOWPROOF_UPSTREAM``/``FLOWPROOF_EXTRA_HOSTS``)."""
 
-    mode: str = "replay"
+    mode: Mode | str = Mode.REPLAY
     cassette: Path | None = None
-    upstream: tuple[str, ...] = ()
+    upstream: Mapping[str, Upstream] = field(default_factory=dict)
     extra_hosts: tuple[str, ...] = ()
     proxy_port: int = 0
     timeout: float | None = None
     compare_handler: str | None = None
     ca_dir: Path | None = None
     environ: Mapping[str, str] | None = None
-    addon_script: Path | None = None
     proxy_timeout: float = 20.0
     #: Set by the CLI's signal handler: running flows stop at once (see `Cancel`).
     cancel: Cancel | None = None
     #: Keep a recording whose turns hold an HTTP error status (the flow tests error handling).
     allow_error_turns: bool = False
-    #: Warm proxies shared by the flows of a run: each flow opens a session on one instead of
-    #: starting its own mitmdump (None: every flow starts its own, as a single flow does).
+    #: The proxies shared by the flows of a run: each flow opens a session on one (None: the
+    #: flow gets a proxy of its own, a pool of one, as a single flow does).
     proxies: ProxyPool | None = None
     #: The per-call log lines and the status line (`runner.progress`); None: neither.
     progress: Progress | None = None
@@ -209,23 +200,22 @@ def _with(result: FlowResult, **changes: Any) -> FlowResult:
 
 
 def _run(spec_path: Path, options: RunOptions) -> FlowResult:
-    if options.mode not in MODES:
-        raise FlowproofError(f"unknown mode `{options.mode}` — use one of: {', '.join(MODES)}")
+    try:
+        mode = choose(Mode, options.mode, "mode")
+    except ValueError as e:
+        raise FlowproofError(str(e)) from None
     environ = dict(os.environ if options.environ is None else options.environ)
     raw_spec = load_spec(spec_path)
     # An mcp: url variable left unset at replay gets a placeholder: replay dials no server.
-    replay_env = replay_environ(raw_spec, environ, options.mode)
-    placeholder_env = {k: v for k, v in replay_env.items() if k not in environ}
-    environ = replay_env
+    environ = replay_environ(raw_spec, environ, mode)
     spec = resolve_variables(raw_spec, environ)
     cassette = options.cassette or spec.cassette
-    mode = options.mode
     agent = spec.agent
     prompts = [p.text for p in spec.prompts]
     timeout = options.timeout if options.timeout is not None else agent.timeout
 
     existing: Cassette | None = None
-    if mode in ("replay", "compare"):
+    if mode in (Mode.REPLAY, Mode.COMPARE):
         existing = _load_existing(cassette, spec_path, agent.route, required=True)
     elif cassette.exists():
         existing = _load_existing(cassette, spec_path, agent.route, required=False)
@@ -245,54 +235,54 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
         )
 
     listeners = plan_listeners(raw_spec, spec, free_port)
-    if mode != "replay":
+    if mode != Mode.REPLAY:
         check_reachable(listeners)
 
     ca = ensure_ca(options.ca_dir or default_ca_dir(environ))
     # One writer per cassette: held until the recording is kept or rejected (the staging
     # path is shared too, so it is only touched under the lock).
     held = ExitStack()
-    if mode == "record":
+    if mode == Mode.RECORD:
         held.enter_context(cassette_lock(cassette))
     staging = Staging(cassette)
-    target = staging.path if mode == "record" else cassette
-    if mode == "record":
+    target = staging.path if mode == Mode.RECORD else cassette
+    if mode == Mode.RECORD:
         staging.discard()
         STAGED.add(staging.path)
-    handler = options.compare_handler or spec.on_compare
-    upstream = tuple(options.upstream)
     cancel = options.cancel
     watch = options.progress.watch(spec_path, spec.name, prompts) if options.progress else None
     try:
         with tempfile.TemporaryDirectory(prefix=scratch_prefix("run")) as scratch:
-            settings = ProxySettings(
-                mode=mode,
-                cassette=target,
-                report=Path(scratch) / "events.jsonl",
-                confdir=ca.cert.parent,
-                spec=spec_path.resolve(),
-                upstream=upstream,
-                extra_hosts=tuple(options.extra_hosts),
-                route=agent.route,
-                port=options.proxy_port,
-                reverse_hosts=REVERSE_HOSTS if agent.route == "base_url" else (),
-                compare_handler=handler,
-                addon_script=options.addon_script,
+            route = Route(agent.route)
+            proxy_options = with_spec(
+                ProxyOptions(
+                    mode=mode,
+                    cassette=target,
+                    report=Path(scratch) / "events.jsonl",
+                    upstream=options.upstream,
+                    extra_hosts=tuple(options.extra_hosts),
+                    route=route,
+                    compare_handler=options.compare_handler or "",
+                    mcp=tuple(item.route for item in listeners),
+                    listeners=listeners_for(route, options.proxy_port, reverse_listeners(listeners)),
+                ),
+                spec,
+                cwd=str(Path.cwd()),
                 # Portable paths are the agent's: a HOME set in `agent.env` wins over the runner's.
                 home=dict(agent.env).get("HOME") or environ.get("HOME"),
-                cwd=agent.cwd if agent.cwd is not None else Path.cwd(),
-                extra_args=tuple(proxy_args(listeners, agent.route == "base_url")),
-                env=tuple(placeholder_env.items()),
             )
-            proxy = _proxy_for(settings, options)
+            # Messages name the spec as the runner was given it, made absolute.
+            proxy_options = replace(proxy_options, spec=spec_path.resolve())
+            handler = proxy_options.compare_handler or None
+            proxy = _proxy_for(proxy_options, ca.cert.parent, options)
             try:
-                model_hosts = [u.split("=", 1)[0] for u in upstream] + list(options.extra_hosts)
                 # No request reaches a real provider in replay, nor with a mapped upstream (a local
                 # model or gateway), so an SDK that insists on a key gets a placeholder there.
-                placeholders = mode == "replay" or bool(upstream)
+                placeholders = proxy_options.dials_lazily
                 agent_environ = {**environ, **agent_variables(listeners)}
                 run = _drive(
-                    proxy, spec.agent, prompts, agent_environ, ca, placeholders, model_hosts, timeout,
+                    proxy, spec.agent, prompts, agent_environ, ca, placeholders,
+                    proxy_options.model_hosts, timeout,
                     cancelled=cancel.is_set if cancel is not None else None,
                     events=watch.source(proxy.events) if watch is not None else None,
                 )
@@ -322,7 +312,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
     finally:
         # A verdict keeps or rejects the staging file; on any other way out (an agent
         # that could not start, an error, Ctrl-C) nothing may be left behind.
-        if mode == "record":
+        if mode == Mode.RECORD:
             staging.discard()
             STAGED.discard(staging.path)
         held.close()
@@ -330,11 +320,11 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             watch.finish()
 
 
-def _proxy_for(settings: ProxySettings, options: RunOptions) -> RunningProxy | WarmSession:
-    """A session on the run's warm proxy when the flow can have one, else a proxy of its own."""
-    if options.proxies is not None and warm_key(settings) is not None:
-        return options.proxies.open(settings, timeout=options.proxy_timeout)
-    return start_proxy(settings, timeout=options.proxy_timeout)
+def _proxy_for(proxy_options: ProxyOptions, confdir: Path, options: RunOptions) -> FlowProxy:
+    """A session on the run's proxy of the flow's kind, else on a proxy of the flow's own."""
+    if options.proxies is not None:
+        return options.proxies.open(proxy_options, confdir, timeout=options.proxy_timeout)
+    return start_proxy(proxy_options, confdir, timeout=options.proxy_timeout)
 
 
 def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: bool) -> Cassette:
@@ -355,7 +345,7 @@ def _load_existing(cassette: Path, spec_path: Path, route: str, *, required: boo
 
 
 def _drive(
-    proxy: RunningProxy | WarmSession,
+    proxy: FlowProxy,
     agent: AgentSpec,
     prompts: Sequence[str],
     environ: Mapping[str, str],

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from flowproof.errors import FlowproofError
 from flowproof.mcp import McpRoute, parse_route
+from flowproof.options import Mode
 from flowproof.spec.types import FlowSpec
 
 __all__ = [
@@ -29,8 +30,8 @@ __all__ = [
     "agent_variables",
     "check_reachable",
     "plan_listeners",
-    "proxy_args",
     "replay_environ",
+    "reverse_listeners",
     "url_variables",
 ]
 
@@ -59,10 +60,10 @@ def url_variables(spec: FlowSpec) -> dict[str, str | None]:
     return out
 
 
-def replay_environ(spec: FlowSpec, environ: Mapping[str, str], mode: str) -> dict[str, str]:
+def replay_environ(spec: FlowSpec, environ: Mapping[str, str], mode: Mode) -> dict[str, str]:
     """``environ`` plus a placeholder for every unset ``mcp:`` url variable, at replay only."""
     env = dict(environ)
-    if mode == "replay":
+    if mode == Mode.REPLAY:
         for variable in url_variables(spec).values():
             if variable is not None and not env.get(variable):
                 env[variable] = REPLAY_PLACEHOLDER_URL
@@ -94,18 +95,13 @@ def plan_listeners(raw: FlowSpec, resolved: FlowSpec, free_port: object) -> list
     return out
 
 
-def proxy_args(listeners: Sequence[McpListener], has_other_reverse: bool) -> list[str]:
-    """The extra mitmdump arguments: one reverse listener per redirected entry, and the routes."""
-    args: list[str] = []
-    redirected = [item for item in listeners if item.port is not None]
-    if redirected and not has_other_reverse:
-        args += ["--mode", "regular"]  # any --mode replaces the default explicit proxy
-    for item in redirected:
-        route = item.route
-        args += ["--mode", f"reverse:{route.scheme}://{route.host}:{route.port}@{item.port}"]
-    for item in listeners:
-        args += ["--set", f"flowproof_mcp={item.route.name}={item.route.url}"]
-    return args
+def reverse_listeners(listeners: Sequence[McpListener]) -> list[str]:
+    """The flow's listeners for its redirected entries: one reverse listener each, on its port."""
+    return [
+        f"reverse:{item.route.scheme}://{item.route.host}:{item.route.port}@{item.port}"
+        for item in listeners
+        if item.port is not None
+    ]
 
 
 def agent_variables(listeners: Sequence[McpListener]) -> dict[str, str]:

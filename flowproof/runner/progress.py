@@ -39,6 +39,7 @@ from flowproof.events import (
     parse_event,
 )
 from flowproof.log import TERMINAL, get_logger
+from flowproof.options import Mode
 from flowproof.replay import codec_view
 from flowproof.runner.agents import EventSource, answer_complete
 from flowproof.wire import with_path_fields
@@ -56,7 +57,7 @@ __all__ = [
 CI_VALUES_OFF = frozenset({"", "0", "false", "no", "off"})
 
 #: What a replayed, recorded or compared call's outcome is called in its log line.
-_OUTCOMES = {"replay": "matched", "record": "recorded", "compare": "live"}
+_OUTCOMES: dict[str, str] = {Mode.REPLAY: "matched", Mode.RECORD: "recorded", Mode.COMPARE: "live"}
 #: How often the status line is redrawn (its elapsed time ticks).
 STATUS_INTERVAL = 0.2
 

@@ -1,16 +1,30 @@
-"""The mitmdump lifecycle: start the flowproof addon in its own process group, wait
-for it to listen, read its event log, and stop it so that no process survives.
+"""The proxy's one lifecycle: a mitmdump per kind of proxy, a session on it per flow.
 
-The runner and the addon share nothing but the JSON-lines event log
-(``flowproof_report``, see docs/internals.md): the addon writes a ``ready`` event
-once it listens, ``turn``/``divergence``/``drift``/… while the agent runs and
-``done`` at shutdown. `RunningProxy` polls that file.
+Every flow runs as a *session* on a mitmdump started with a control socket
+(``flowproof_control``; `flowproof.addon.warm` has the protocol). Opening a
+session sends the flow's `flowproof.options.ProxyOptions` (resolved: the addon
+never reads the spec) and gets back the ports of the flow's own listeners; the
+flow's event log then gets ``ready``, its calls, and at `FlowProxy.stop` the
+``done`` event of a clean shutdown (the recording written, unconsumed turns
+listed). A run of several flows shares a `ProxyPool`; a single flow is a pool of
+one (`start_proxy`), so there is no second way to start a proxy.
+
+The process is started so that it never outlives the runner: its own process
+group (a terminal's Ctrl-C does not reach it; the runner stops it), killed by
+the kernel if the runner dies however it dies (``PR_SET_PDEATHSIG``), and its
+scratch folder swept by the next run (`sweep_scratch`). It listens on 127.0.0.1
+only. ``$FLOWPROOF_ADDON_SCRIPT`` loads another ``mitmdump -s`` script (debugging,
+the runner's tests); it must speak the same protocol (the bundled addon does).
+
+The runner and the addon share nothing else but the flow's JSON-lines event log
+(``flowproof_report``, docs/internals.md), which `FlowProxy.events` reads.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import json
 import os
 import re
 import shutil
@@ -19,53 +33,51 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import flowproof
 from flowproof.errors import ProxyError
+from flowproof.options import REVERSE_HOSTS, ProxyOptions, to_json
 from flowproof.runner.eventtail import EventTail
 
-#: Bounded capture of mitmdump's stderr, for the error message when it dies.
+__all__ = [
+    "FlowProxy",
+    "ProxyKind",
+    "ProxyPool",
+    "ProxyProcess",
+    "addon_script_path",
+    "free_port",
+    "mitmdump_executable",
+    "read_events",
+    "scratch_prefix",
+    "session_request",
+    "start_proxy",
+    "sweep_scratch",
+    "warm_enabled",
+]
+
+#: Bounded capture of mitmdump's output, for the error message when it dies.
 _STDERR_TAIL = 4000
+#: A Unix socket path must fit in sun_path (108 bytes on Linux).
+_MAX_SOCKET_PATH = 100
+#: The proxy reaches the upstream directly, never through a proxy the runner's environment names.
+_PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy")
 
 #: Written when the repository's one-line script is absent (an installed wheel).
 _ADDON_SHIM = "from flowproof.addon import Flowproof\n\naddons = [Flowproof()]\n"
 
 
-@dataclass(frozen=True, slots=True)
-class ProxySettings:
-    """Everything needed to start one mitmdump for one flow run.
-
-    ``port`` 0 lets the OS choose the explicit-proxy port (read back from the
-    ``ready`` event). ``reverse_hosts`` adds one reverse-proxy listener per model
-    host (``route="base_url"``). ``addon_script`` overrides the script given to
-    ``mitmdump -s`` (tests use a stand-in addon).
-    """
-
-    mode: str
-    cassette: Path
-    report: Path
-    confdir: Path
-    spec: Path | None = None
-    upstream: tuple[str, ...] = ()
-    extra_hosts: tuple[str, ...] = ()
-    route: str = "proxy"
-    port: int = 0
-    reverse_hosts: tuple[str, ...] = ()
-    compare_handler: str | None = None
-    addon_script: Path | None = None
-    extra_args: tuple[str, ...] = ()
-    #: The agent's own HOME and working directory, made portable in cassettes (`«home»`,
-    #: `«cwd»`); None leaves the addon's default (its own HOME, the spec's agent.cwd).
-    home: str | None = None
-    cwd: Path | None = None
-    #: Variables added to mitmdump's environment (the spec it loads resolves ${VAR} there).
-    env: tuple[tuple[str, str], ...] = ()
+def warm_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """False when ``FLOWPROOF_WARM_PROXY=0``: the flows of a run then get a proxy each (a pool
+    of one per flow, as a single flow has) instead of sharing one (docs/runner.md)."""
+    env = os.environ if environ is None else environ
+    return env.get("FLOWPROOF_WARM_PROXY", "1").strip() != "0"
 
 
 def free_port() -> int:
@@ -105,52 +117,6 @@ def addon_script_path(scratch: Path) -> Path:
     return shim
 
 
-def build_command(settings: ProxySettings, script: Path, reverse_ports: dict[str, int]) -> list[str]:
-    """The mitmdump argv for ``settings`` (one reverse listener per entry of ``reverse_ports``)."""
-    args = [
-        mitmdump_executable(),
-        "-q",
-        "-s",
-        str(script),
-        "--listen-host",
-        "127.0.0.1",
-        "--listen-port",
-        str(settings.port),
-        "--set",
-        f"confdir={settings.confdir}",
-        "--set",
-        f"flowproof_mode={settings.mode}",
-        "--set",
-        f"flowproof_cassette={settings.cassette}",
-        "--set",
-        f"flowproof_report={settings.report}",
-        "--set",
-        f"flowproof_route={settings.route}",
-    ]
-    if reverse_ports:
-        # Several --mode flags make several listeners; the explicit proxy stays first.
-        args += ["--mode", "regular"]
-        for host, port in reverse_ports.items():
-            args += ["--mode", f"reverse:https://{host}@{port}"]
-    if settings.mode == "replay":
-        # Replay never needs the upstream server: do not dial it before the request.
-        args += ["--set", "connection_strategy=lazy"]
-    if settings.spec is not None:
-        args += ["--set", f"flowproof_spec={settings.spec}"]
-    for item in settings.upstream:
-        args += ["--set", f"flowproof_upstream={item}"]
-    for host in settings.extra_hosts:
-        args += ["--set", f"flowproof_extra_hosts={host}"]
-    if settings.compare_handler:
-        args += ["--set", f"flowproof_compare_handler={settings.compare_handler}"]
-    if settings.home:
-        args += ["--set", f"flowproof_home={settings.home}"]
-    if settings.cwd is not None:
-        args += ["--set", f"flowproof_cwd={settings.cwd}"]
-    args += list(settings.extra_args)
-    return args
-
-
 def read_events(path: Path) -> list[dict[str, Any]]:
     """Parse a JSON-lines event log; a partial or garbled last line is skipped (still being written).
 
@@ -158,148 +124,7 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return EventTail(path).read()
 
 
-def _listen_entries(ready: dict[str, Any]) -> list[tuple[str, str, int]]:
-    """(mode, host, port) from a ``ready`` event, in either documented shape.
-
-    internals.md says ``[[host, port], …]``; the addon may also write
-    ``[{"mode", "host", "port"}, …]``. Lists carry no mode: they are in ``--mode`` order.
-    """
-    out: list[tuple[str, str, int]] = []
-    for entry in ready.get("listen") or []:
-        try:
-            if isinstance(entry, dict):
-                out.append((str(entry.get("mode", "")), str(entry["host"]), int(entry["port"])))
-            elif isinstance(entry, (list, tuple)) and len(entry) >= 2:
-                out.append(("", str(entry[0]), int(entry[1])))
-        except (KeyError, TypeError, ValueError):
-            continue
-    return out
-
-
-class ProxyEndpoints:
-    """What a flow reads off its proxy, whether its own mitmdump (`RunningProxy`) or a session
-    on a shared one (`runner.warm.WarmSession`): the URLs to hand the agent, and its event log."""
-
-    __slots__ = ()
-    settings: ProxySettings
-    port: int
-    reverse_ports: dict[str, int]
-    _tail: EventTail | None
-
-    @property
-    def url(self) -> str:
-        """The explicit-proxy URL handed to the agent as HTTPS_PROXY."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def reverse_urls(self) -> dict[str, str]:
-        """Model host -> the plain-http base URL of its reverse listener."""
-        return {h: f"http://127.0.0.1:{p}" for h, p in self.reverse_ports.items()}
-
-    def events(self) -> list[dict[str, Any]]:
-        """Every complete event written to the log so far (each line parsed once: `EventTail`)."""
-        if self._tail is None:
-            # Each subclass declares the `_tail` slot; the base's empty __slots__ keeps them slotted.
-            self._tail = EventTail(self.settings.report)  # type: ignore[misc]
-        return self._tail.read()
-
-
-@dataclass(slots=True)
-class RunningProxy(ProxyEndpoints):
-    """A started mitmdump. Use as a context manager, or call `stop` yourself."""
-
-    settings: ProxySettings
-    process: subprocess.Popen[bytes]
-    port: int
-    reverse_ports: dict[str, int]
-    startup_seconds: float
-    _stderr_path: Path
-    _scratch: tempfile.TemporaryDirectory[str] | None = None
-    _stopped: bool = field(default=False)
-    _tail: EventTail | None = None
-
-    def is_alive(self) -> bool:
-        """True while mitmdump is running."""
-        return self.process.poll() is None
-
-    def wait_for(
-        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float, interval: float = 0.02
-    ) -> list[dict[str, Any]]:
-        """Poll the log until ``predicate(events)`` holds; return the events, or raise ProxyError on timeout/exit."""
-        deadline = time.monotonic() + timeout
-        while True:
-            events = self.events()
-            if predicate(events):
-                return events
-            if not self.is_alive():
-                raise ProxyError(
-                    f"the proxy (mitmdump) exited with code {self.process.returncode} — "
-                    f"its last output: {self.stderr_tail() or '(none)'}"
-                )
-            if time.monotonic() >= deadline:
-                raise ProxyError(f"timed out after {timeout:g}s waiting for the proxy's event log")
-            time.sleep(interval)
-
-    def stderr_tail(self) -> str:
-        """The last few KB of mitmdump's stdout/stderr."""
-        try:
-            data = self._stderr_path.read_bytes()
-        except OSError:
-            return ""
-        return data[-_STDERR_TAIL:].decode("utf-8", "replace").strip()
-
-    def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGINT the process group (mitmdump runs its ``done`` hooks), wait, then SIGKILL the group."""
-        if self._stopped:
-            return self.process.returncode
-        self._stopped = True
-        try:
-            if self.process.poll() is None:
-                _signal_group(self.process.pid, signal.SIGINT)
-                deadline = time.monotonic() + timeout
-                # Once the addon's `done` event is written its done hook has run (the
-                # cassette is saved, the log complete); mitmproxy's own teardown after
-                # that only costs time (~0.15 s a flow), so the group is killed then.
-                while self.process.poll() is None and time.monotonic() < deadline:
-                    if _log_ends_with_done(self.settings.report):
-                        break
-                    time.sleep(0.01)
-            # Whatever mitmdump spawned dies with the group, even if mitmdump itself exited.
-            _signal_group(self.process.pid, signal.SIGKILL)
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
-                pass
-        finally:
-            if self._scratch is not None:
-                self._scratch.cleanup()
-        return self.process.returncode
-
-    def __enter__(self) -> RunningProxy:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-def _log_ends_with_done(path: Path) -> bool:
-    """True when the last complete line of the event log is the ``done`` event."""
-    try:
-        with open(path, "rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, size - 65536))
-            tail = fh.read()
-    except OSError:
-        return False
-    if not tail.endswith(b"\n"):
-        return False  # the line is still being written
-    last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
-    return last.startswith(b'{"event": "done"')
+# ------------------------------------------------------------------ orphan-proofing
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
@@ -331,7 +156,7 @@ def _die_with_parent(runner: int) -> None:  # pragma: no cover - runs in the chi
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
-        return  # not Linux: the stop() in a finally is then the only guard
+        return  # not Linux: the kill in a finally is then the only guard
     if os.getppid() != runner:
         os._exit(1)
 
@@ -372,94 +197,328 @@ def sweep_scratch(root: Path | None = None) -> list[Path]:
     return removed
 
 
-def start_proxy(settings: ProxySettings, timeout: float = 20.0) -> RunningProxy:
-    """Start mitmdump with the flowproof addon and wait for its ``ready`` event.
+# ------------------------------------------------------------------ the control connection
 
-    Raises `ProxyError` (with mitmdump's output tail) when it exits early or is
-    not ready within ``timeout`` seconds; nothing is left running in that case.
-    """
-    started = time.monotonic()
-    sweep_scratch()
-    scratch = tempfile.TemporaryDirectory(prefix=scratch_prefix("proxy"))
-    scratch_path = Path(scratch.name)
-    script = settings.addon_script or addon_script_path(scratch_path)
-    # Two listeners cannot both ask for port 0 (mitmproxy refuses duplicate addresses),
-    # so reverse listeners get ports chosen here; the explicit proxy keeps the OS pick.
-    # With a fixed port (an agent started by hand with `flowproof env --base-url`) the
-    # reverse listeners take the ports right after it, so both sides agree.
-    reverse_ports = {
-        host: (settings.port + 1 + i if settings.port else free_port())
-        for i, host in enumerate(settings.reverse_hosts)
-    }
-    settings.report.parent.mkdir(parents=True, exist_ok=True)
-    # A stale log from an earlier run would produce a false `ready`.
-    settings.report.unlink(missing_ok=True)
-    stderr_path = scratch_path / "mitmdump.log"
-    argv = build_command(settings, script, reverse_ports)
-    env = {**os.environ, **dict(settings.env)}
-    # The proxy itself must reach the upstream directly, never through another proxy
-    # (the runner's own environment may carry one).
-    for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"):
-        env.pop(name, None)
-    with stderr_path.open("wb") as log:
+
+def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.sendall(json.dumps(message).encode("utf-8") + b"\n")
+
+
+def _receive(sock: socket.socket) -> dict[str, Any]:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ProxyError("the proxy closed the control connection")
+        data += chunk
+    reply = json.loads(data)
+    if not isinstance(reply, dict):
+        raise ProxyError(f"unexpected control reply {reply!r}")
+    return reply
+
+
+def session_request(options: ProxyOptions) -> dict[str, Any]:
+    """The ``open`` message of a flow's session (`flowproof.addon.warm`)."""
+    return {"op": "open", "options": to_json(options)}
+
+
+# ------------------------------------------------------------------ one flow's session
+
+
+@dataclass(slots=True)
+class FlowProxy:
+    """One flow's session on a `ProxyProcess`: the URLs to hand the agent, its event log,
+    and `stop`. Use as a context manager, or call `stop` yourself."""
+
+    options: ProxyOptions
+    port: int
+    reverse_ports: dict[str, int]
+    startup_seconds: float
+    process: ProxyProcess
+    _sock: socket.socket
+    _stopped: bool = False
+    _tail: EventTail | None = None
+    #: A pool of one (`start_proxy`): closed with the session.
+    _owner: ProxyPool | None = None
+
+    @property
+    def url(self) -> str:
+        """The explicit-proxy URL handed to the agent as HTTPS_PROXY."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def reverse_urls(self) -> dict[str, str]:
+        """Model host -> the plain-http base URL of its reverse listener."""
+        return {h: f"http://127.0.0.1:{p}" for h, p in self.reverse_ports.items()}
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every complete event written to the flow's log so far (each line parsed once)."""
+        if self._tail is None:
+            assert self.options.report is not None  # a session always has its own log
+            self._tail = EventTail(self.options.report)
+        return self._tail.read()
+
+    def is_alive(self) -> bool:
+        """True while the proxy runs and the session is open."""
+        return not self._stopped and self.process.is_alive()
+
+    def stderr_tail(self) -> str:
+        """The last few KB of the proxy's output."""
+        return self.process.stderr_tail()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close the session: the proxy runs its ``done`` chain (the recording is written, the
+        ``done`` event logged) and removes the flow's listeners. A proxy that does not answer
+        within ``timeout`` is killed, so the next flow gets a new one."""
+        if self._stopped:
+            return
+        self._stopped = True
         try:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=env,
-                # The proxy must not outlive the runner, even one killed with SIGKILL.
-                preexec_fn=functools.partial(_die_with_parent, os.getpid()),
-            )
-        except OSError as e:
-            scratch.cleanup()
-            raise ProxyError(f"could not start mitmdump ({argv[0]}): {e}") from None
-    proxy = RunningProxy(
-        settings=settings,
-        process=process,
-        port=settings.port,
-        reverse_ports=reverse_ports,
-        startup_seconds=0.0,
-        _stderr_path=stderr_path,
-        _scratch=scratch,
-    )
+            if self.process.is_alive():
+                self._sock.settimeout(timeout)
+                _send(self._sock, {"op": "close"})
+                reply = _receive(self._sock)
+                if not reply.get("ok"):
+                    raise ProxyError(str(reply.get("error")))
+        except (OSError, ProxyError, ValueError):
+            self.process.kill()
+        finally:
+            self._sock.close()
+            if self._owner is not None:
+                self._owner.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+# ------------------------------------------------------------------ the process
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyKind:
+    """What one mitmdump is started with, so which flows it can serve: the CA folder, whether
+    it dials upstream lazily (a mitmproxy option for the whole process:
+    `ProxyOptions.dials_lazily`), and the ``-s`` script (None: the bundled addon)."""
+
+    confdir: Path
+    lazy: bool
+    script: Path | None = None
+
+
+@dataclass(slots=True)
+class ProxyProcess:
+    """A running mitmdump that serves flows through sessions."""
+
+    kind: ProxyKind
+    process: subprocess.Popen[bytes]
+    control: Path
+    startup_seconds: float
+    _scratch: tempfile.TemporaryDirectory[str]
+    _socket_dir: Path | None = None
+
+    @classmethod
+    def start(cls, kind: ProxyKind, timeout: float = 20.0) -> ProxyProcess:
+        """Start mitmdump and wait for its ``ready`` event; `ProxyError` with its output tail
+        when it exits early or is not ready within ``timeout`` (nothing is left running)."""
+        started = time.monotonic()
+        sweep_scratch()
+        scratch = tempfile.TemporaryDirectory(prefix=scratch_prefix("proxy"))
+        scratch_path = Path(scratch.name)
+        socket_dir: Path | None = None
+        control = scratch_path / "control.sock"
+        if len(str(control)) > _MAX_SOCKET_PATH:
+            # A long $TMPDIR: the socket alone goes to a short private folder.
+            socket_dir = Path(tempfile.mkdtemp(prefix=scratch_prefix("proxy"), dir="/tmp"))
+            control = socket_dir / "control.sock"
+        log = scratch_path / "proxy.jsonl"
+        script = kind.script or addon_script_path(scratch_path)
+        argv = [
+            mitmdump_executable(), "-q", "-s", str(script),
+            "--listen-host", "127.0.0.1", "--listen-port", "0",
+            "--set", f"confdir={kind.confdir}",
+            "--set", f"flowproof_control={control}",
+            "--set", f"flowproof_report={log}",
+        ]
+        if kind.lazy:
+            argv += ["--set", "connection_strategy=lazy"]
+        env = {k: v for k, v in os.environ.items() if k not in _PROXY_VARIABLES}
+        with (scratch_path / "mitmdump.log").open("wb") as out:
+            try:
+                process = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True, env=env,
+                    # The proxy must not outlive the runner, even one killed with SIGKILL.
+                    preexec_fn=functools.partial(_die_with_parent, os.getpid()),
+                )
+            except OSError as e:
+                scratch.cleanup()
+                raise ProxyError(f"could not start mitmdump ({argv[0]}): {e}") from None
+        proxy = cls(kind, process, control, 0.0, scratch, socket_dir)
+        tail = EventTail(log)
+        deadline = time.monotonic() + timeout
+        while not any(e.get("event") == "ready" for e in tail.read()):
+            if process.poll() is not None or time.monotonic() >= deadline:
+                output = proxy.stderr_tail()
+                proxy.kill()
+                if process.returncode is not None and process.returncode != -signal.SIGKILL:
+                    raise ProxyError(
+                        f"the proxy (mitmdump) exited with code {process.returncode} — "
+                        f"its last output: {output or '(none)'}"
+                    )
+                raise ProxyError(
+                    f"the proxy (mitmdump) was not ready within {timeout:g}s — "
+                    f"its last output: {output or '(none)'}"
+                )
+            time.sleep(0.01)
+        proxy.startup_seconds = time.monotonic() - started
+        return proxy
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def is_alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stderr_tail(self) -> str:
+        """The last few KB of mitmdump's stdout/stderr."""
+        try:
+            data = (Path(self._scratch.name) / "mitmdump.log").read_bytes()
+        except OSError:
+            return ""
+        return data[-_STDERR_TAIL:].decode("utf-8", "replace").strip()
+
+    def open(self, options: ProxyOptions, timeout: float = 20.0) -> FlowProxy:
+        """Open a session for one flow; `ProxyError` with the proxy's reason when it cannot."""
+        started = time.monotonic()
+        if options.report is None:
+            raise ProxyError("a flow's proxy session needs an event log (ProxyOptions.report)")
+        options.report.parent.mkdir(parents=True, exist_ok=True)
+        options.report.unlink(missing_ok=True)  # a stale log would read as this flow's
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(str(self.control))
+            _send(sock, session_request(options))
+            reply = _receive(sock)
+        except (OSError, ValueError) as e:
+            sock.close()
+            alive = self.is_alive()
+            self.kill()
+            if not alive:
+                raise ProxyError(
+                    f"the proxy (mitmdump) exited with code {self.process.returncode} — "
+                    f"its last output: {self.stderr_tail() or '(none)'}"
+                ) from None
+            raise ProxyError(f"the proxy did not open the flow's session ({e})") from None
+        except ProxyError:
+            sock.close()
+            self.kill()
+            raise
+        if not reply.get("ok"):
+            sock.close()
+            raise ProxyError(f"the proxy refused the flow: {reply.get('error')}")
+        port = 0
+        reverse: dict[str, int] = {}
+        for entry in reply.get("listen") or []:
+            mode, entry_port = str(entry.get("mode", "")), int(entry.get("port", 0))
+            if mode.startswith("regular"):
+                port = port or entry_port
+            for host in REVERSE_HOSTS:
+                if mode.startswith(f"reverse:https://{host}@"):
+                    reverse[host] = entry_port
+        if not port:
+            sock.close()
+            raise ProxyError("the proxy's answer does not say which port the flow's proxy listens on")
+        return FlowProxy(options, port, reverse, time.monotonic() - started, self, sock)
+
+    def kill(self) -> None:
+        """SIGKILL the proxy's process group (whatever mitmdump spawned dies with it) and remove
+        its scratch folder (idempotent)."""
+        _signal_group(self.process.pid, signal.SIGKILL)
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+            pass
+        self._scratch.cleanup()
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+
+
+class ProxyPool:
+    """The proxies of one run (or one pytest worker), one per `ProxyKind`, started on first use.
+
+    Thread-safe (``-j N`` opens sessions from several threads). `starts` counts the
+    proxies started, `pids` their process ids; `close` kills them all. ``script``
+    loads another addon script than ``$FLOWPROOF_ADDON_SCRIPT`` or the bundled one.
+    """
+
+    def __init__(
+        self,
+        start: Callable[[ProxyKind, float], ProxyProcess] = ProxyProcess.start,
+        script: Path | None = None,
+    ) -> None:
+        self._start = start
+        self._script = script
+        self._lock = threading.Lock()
+        self._proxies: dict[ProxyKind, ProxyProcess] = {}
+        self.starts = 0
+        self.pids: list[int] = []
+
+    def kind(self, options: ProxyOptions, confdir: Path) -> ProxyKind:
+        """The kind of proxy that serves ``options``."""
+        override = os.environ.get("FLOWPROOF_ADDON_SCRIPT")
+        script = self._script or (Path(override) if override else None)
+        return ProxyKind(Path(confdir), options.dials_lazily, script)
+
+    def open(self, options: ProxyOptions, confdir: Path, timeout: float = 20.0) -> FlowProxy:
+        """A session for ``options`` on the proxy of its kind (started when there is none, or
+        when the last one died). Its ``startup_seconds`` include the proxy's start."""
+        key = self.kind(options, confdir)
+        started = time.monotonic()
+        with self._lock:
+            proxy = self._proxies.get(key)
+            if proxy is None or not proxy.is_alive():
+                if proxy is not None:
+                    proxy.kill()
+                proxy = self._start(key, timeout)
+                self._proxies[key] = proxy
+                self.starts += 1
+                self.pids.append(proxy.pid)
+        session = proxy.open(options, timeout)
+        session.startup_seconds = time.monotonic() - started
+        return session
+
+    def close(self) -> None:
+        """Kill every proxy of the pool (their sessions are closed by then)."""
+        with self._lock:
+            proxies, self._proxies = list(self._proxies.values()), {}
+        for proxy in proxies:
+            proxy.kill()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def start_proxy(options: ProxyOptions, confdir: Path, *, timeout: float = 20.0,
+                script: Path | None = None) -> FlowProxy:
+    """A proxy of the flow's own: a pool of one, closed (the process killed) when the session
+    stops. Raises `ProxyError`; nothing is left running then."""
+    pool = ProxyPool(script=script)
     try:
-        events = proxy.wait_for(lambda evs: any(e.get("event") == "ready" for e in evs), timeout)
-    except ProxyError as e:
-        tail = proxy.stderr_tail()
-        proxy.stop(timeout=3)
-        if "timed out" in str(e):
-            raise ProxyError(
-                f"the proxy (mitmdump) was not ready within {timeout:g}s — "
-                f"its last output: {tail or '(none)'}"
-            ) from None
+        session = pool.open(options, confdir, timeout)
+    except BaseException:
+        pool.close()
         raise
-    ready = next(e for e in events if e.get("event") == "ready")
-    entries = _listen_entries(ready)
-    proxy.port = _main_port(entries, settings.port, set(reverse_ports.values()))
-    if proxy.port == 0:
-        proxy.stop(timeout=3)
-        raise ProxyError(
-            "the proxy's ready event does not say which port it listens on — "
-            "pass an explicit --proxy-port N"
-        )
-    proxy.startup_seconds = time.monotonic() - started
-    return proxy
-
-
-def _main_port(entries: Sequence[tuple[str, str, int]], requested: int, reverse: set[int]) -> int:
-    """The explicit-proxy port among the listen entries (the one that is not a reverse listener)."""
-    for mode, _host, port in entries:
-        if mode.startswith("regular") and port:
-            return port
-    for _mode, _host, port in entries:
-        if port and port not in reverse:
-            return port
-    return requested
-
-
-def iter_event_kinds(events: Sequence[dict[str, Any]], kind: str) -> Iterator[dict[str, Any]]:
-    """The events of one ``event`` kind, in log order."""
-    return (e for e in events if e.get("event") == kind)
+    session._owner = pool
+    return session

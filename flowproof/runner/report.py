@@ -27,6 +27,7 @@ from flowproof.errors import (
 )
 from flowproof.findings import findings
 from flowproof.heal import readable_turns, short_text
+from flowproof.options import Mode
 from flowproof.printable import printable
 from flowproof.runner.flow import FlowResult
 from flowproof.trajectory import build_trajectory
@@ -87,7 +88,7 @@ def next_step(result: FlowResult) -> str:
     """The one line that says what to do about ``result``."""
     code, spec = result.exit_code, str(result.spec_path)
     if code == EXIT_OK:
-        if result.mode == "record":
+        if result.mode == Mode.RECORD:
             return f"Review the cassette diff and commit {result.cassette}."
         return "Nothing to do."
     if code == EXIT_DIVERGENCE:
@@ -101,7 +102,7 @@ def next_step(result: FlowResult) -> str:
             f"{result.record_command} if the new behaviour is right (compare never writes)."
         )
     if code == EXIT_ASSERTION:
-        if result.mode == "record":
+        if result.mode == Mode.RECORD:
             kept = f" (the recording is in {result.rejected})" if result.rejected else ""
             return f"Nothing was recorded{kept}: fix the agent or the spec, then record again."
         return f"Fix the agent (or the spec at the ✗ lines), then run: flowproof-run {spec}"
@@ -224,7 +225,7 @@ def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
     summary = f"{passed} of {len(results)} flow(s) passed"
     if not failed:
         last = next_step(results[0]) if len(results) == 1 else (
-            "Nothing to do." if results and results[0].mode != "record"
+            "Nothing to do." if results and results[0].mode != Mode.RECORD
             else "Review the cassette diffs and commit them."
         )
     else:
@@ -288,7 +289,7 @@ def result_json(result: FlowResult) -> dict[str, Any]:
         "findings": flow_findings(result),
         "divergences": list(result.divergences),
         "drifts": list(result.drifts),
-        "compare": report_json(result.compare) if result.mode == "compare" else None,
+        "compare": report_json(result.compare) if result.mode == Mode.COMPARE else None,
         "missing": result.missing,
         "proxy_errors": list(result.errors),
         "reply": result.reply,

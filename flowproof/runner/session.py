@@ -51,15 +51,15 @@ from flowproof.events import (
     TurnEvent,
     parse_events,
 )
+from flowproof.options import Mode, ProxyOptions, Route, choose, host_settings, listeners_for
 from flowproof.runner.env import CAFiles, agent_env, default_ca_dir, ensure_ca
-from flowproof.runner.flow import MODES, FlowResult
+from flowproof.runner.flow import FlowResult
 from flowproof.runner.lock import cassette_lock
-from flowproof.runner.proxy import ProxySettings, RunningProxy, scratch_prefix, start_proxy
+from flowproof.runner.proxy import FlowProxy, ProxyPool, scratch_prefix, start_proxy
 from flowproof.runner.recording import Staging
 from flowproof.runner.report import next_step, render_flow
 from flowproof.trajectory import Trajectory, build_trajectory
 from flowproof.verdict import decide_exit
-from flowproof.wire.providers import reverse_hosts
 
 __all__ = ["ProxySession", "session_report"]
 
@@ -84,42 +84,45 @@ class ProxySession:
     """A flowproof proxy for one cassette, with this process's environment pointed at it.
 
     ``mode`` is ``replay`` (default), ``record`` or ``compare``. ``upstream`` maps a model
-    host to another URL (``api.openai.com=http://127.0.0.1:8000``; default: the comma-separated
-    ``FLOWPROOF_UPSTREAM``). ``rerecord`` is the command a report tells the user to run to
-    record again. Use as a context manager, or call `start` and `close` yourself.
+    host to another URL (``api.openai.com=http://127.0.0.1:8000``) and ``extra_hosts`` names
+    gateway hosts, each on top of ``FLOWPROOF_UPSTREAM`` and ``FLOWPROOF_EXTRA_HOSTS``, read
+    as flowproof-run reads them (`flowproof.options.host_settings`). ``rerecord`` is the
+    command a report tells the user to run to record again. ``pool`` serves the session on
+    a shared proxy (the pytest plugin's); without one it gets a proxy of its own. Use as a
+    context manager, or call `start` and `close` yourself.
     """
 
     def __init__(
         self,
         cassette: Path | str,
         *,
-        mode: str = "replay",
-        route: str = "proxy",
-        upstream: Sequence[str] | None = None,
+        mode: Mode | str = Mode.REPLAY,
+        route: Route | str = Route.PROXY,
+        upstream: Sequence[str] = (),
         extra_hosts: Sequence[str] = (),
         ca: CAFiles | None = None,
         name: str = "in-process session",
         rerecord: str | None = None,
         allow_error_turns: bool = False,
         proxy_timeout: float = 20.0,
+        pool: ProxyPool | None = None,
     ) -> None:
-        if mode not in MODES:
-            raise FlowproofError(f"unknown mode `{mode}` — use one of: {', '.join(MODES)}")
-        if route not in ("proxy", "base_url"):
-            raise FlowproofError(f"unknown route `{route}` — use proxy or base_url")
+        try:
+            self.mode = choose(Mode, mode, "mode")
+            self.route = choose(Route, route, "route")
+        except ValueError as e:
+            raise FlowproofError(str(e)) from None
         self.cassette = Path(cassette)
-        self.mode = mode
-        self.route = route
-        if upstream is None:
-            upstream = [u.strip() for u in os.environ.get("FLOWPROOF_UPSTREAM", "").split(",") if u.strip()]
-        self.upstream = tuple(upstream)
-        self.extra_hosts = tuple(extra_hosts)
+        hosts = host_settings(os.environ, upstream=upstream, extra_hosts=extra_hosts)
+        self.upstream = hosts.upstream
+        self.extra_hosts = hosts.extra_hosts
         self.name = name
         self.rerecord = rerecord or f"run this test again in record mode to record {self.cassette}"
         self.allow_error_turns = allow_error_turns
         self._ca = ca
         self._proxy_timeout = proxy_timeout
-        self._proxy: RunningProxy | None = None
+        self._pool = pool
+        self._proxy: FlowProxy | None = None
         self._existing: Cassette | None = None
         self._held = ExitStack()
         self._saved_env: dict[str, str | None] = {}
@@ -137,7 +140,7 @@ class ProxySession:
         self._existing = self._load_existing()
         ca = self._ca or ensure_ca(default_ca_dir(os.environ))
         try:
-            if self.mode == "record":
+            if self.mode == Mode.RECORD:
                 self.cassette.parent.mkdir(parents=True, exist_ok=True)
                 # One writer per cassette, and the staging file is touched only under the lock.
                 self._held.enter_context(cassette_lock(self.cassette))
@@ -145,23 +148,24 @@ class ProxySession:
             scratch = Path(self._held.enter_context(
                 tempfile.TemporaryDirectory(prefix=scratch_prefix("run"))
             ))
-            settings = ProxySettings(
+            options = ProxyOptions(
                 mode=self.mode,
-                cassette=self._staging.path if self.mode == "record" else self.cassette,
+                cassette=self._staging.path if self.mode == Mode.RECORD else self.cassette,
                 report=scratch / "events.jsonl",
-                confdir=ca.cert.parent,
                 upstream=self.upstream,
                 extra_hosts=self.extra_hosts,
                 route=self.route,
-                reverse_hosts=reverse_hosts() if self.route == "base_url" else (),
                 home=os.environ.get("HOME"),
-                cwd=Path.cwd(),
+                cwd=str(Path.cwd()),
+                listeners=listeners_for(self.route),
             )
-            self._proxy = start_proxy(settings, timeout=self._proxy_timeout)
+            if self._pool is not None:
+                self._proxy = self._pool.open(options, ca.cert.parent, timeout=self._proxy_timeout)
+            else:
+                self._proxy = start_proxy(options, ca.cert.parent, timeout=self._proxy_timeout)
         except BaseException:
             self._release()
             raise
-        model_hosts = [u.split("=", 1)[0] for u in self.upstream] + list(self.extra_hosts)
         env = agent_env(
             os.environ,
             proxy_url=self._proxy.url,
@@ -170,8 +174,8 @@ class ProxySession:
             reverse_urls=self._proxy.reverse_urls,
             # No request reaches a real provider in replay nor with a mapped upstream, so an
             # SDK that insists on a key gets a placeholder there (never the user's key).
-            placeholder_keys=self.mode == "replay" or bool(self.upstream),
-            model_hosts=model_hosts,
+            placeholder_keys=options.dials_lazily,
+            model_hosts=options.model_hosts,
         )
         self._apply_env(env)
         return self
@@ -255,13 +259,13 @@ class ProxySession:
         return Staging(self.cassette)
 
     def _load_existing(self) -> Cassette | None:
-        if self.mode == "record" and not self.cassette.exists():
+        if self.mode == Mode.RECORD and not self.cassette.exists():
             return None
         if not self.cassette.exists():
             raise CassetteNotFoundError(self.cassette, self.rerecord)
         loaded = load_cassette(self.cassette, record_command=self.rerecord)
         check_cassette(loaded, self.cassette)
-        if self.mode != "record" and loaded.route != self.route:
+        if self.mode != Mode.RECORD and loaded.route != self.route:
             raise CassetteError(
                 self.cassette,
                 f"was recorded on route `{loaded.route}` but this session uses route `{self.route}`",
@@ -285,7 +289,7 @@ class ProxySession:
 
     def _release(self) -> None:
         self._restore_env()
-        if self.mode == "record":
+        if self.mode == Mode.RECORD:
             # Kept or rejected by the verdict; on every other way out nothing is left behind.
             self._staging.discard()
         self._held.close()
@@ -321,7 +325,7 @@ class ProxySession:
             events=tuple(events),
             failure=verdict.failure,
         )
-        if self.mode != "record":
+        if self.mode != Mode.RECORD:
             return result
         staging = self._staging
         if verdict.recording != "keep" or failed:

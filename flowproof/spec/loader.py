@@ -23,6 +23,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from flowproof.errors import SpecError, SpecProblem
 from flowproof.files import UnreadableFileError, read_regular_file
 from flowproof.normalize import PRESETS
+from flowproof.options import Route
 from flowproof.spec.clauses import compile_pattern, parse_reply_line, parse_tool_line, suggest
 from flowproof.spec.paths import split_path
 from flowproof.spec.types import (
@@ -74,7 +75,7 @@ _TOOL_KEYS = ("name", "result")
 _MCP_KEYS = ("name", "url", "tools")
 _RULE_KEYS = ("name", "path", "pattern")
 _STEP_KEYS = ("prompt", "assert_tool_call", "assert_no_tool_call", "assert")
-_ROUTES = ("proxy", "base_url")
+_ROUTES = tuple(r.value for r in Route)
 
 _RULE_NAME = re.compile(r"[a-z0-9_-]+")
 _CALLABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
@@ -447,14 +448,14 @@ class _Walker:
                 # A templated cwd is joined to the spec dir after resolution, not before.
                 cwd = Path(value) if has_variables(value) else self.spec_dir / value
 
-        route = "proxy"
+        route = Route.PROXY
         if "route" in entries:
             route_node = entries["route"][1]
             value = self.text(route_node, "`agent.route`")
             if value is not None and value not in _ROUTES:
                 self.problem(route_node, f"unknown route `{value}`", suggest(value, _ROUTES))
             elif value is not None:
-                route = value
+                route = Route(value)
 
         if command is None and url is None:
             return None
@@ -464,7 +465,7 @@ class _Walker:
             env=tuple(env),
             timeout=timeout,
             cwd=cwd,
-            route="base_url" if route == "base_url" else "proxy",
+            route=route,
             location=self.loc(key),
         )
 

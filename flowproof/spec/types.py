@@ -11,9 +11,12 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from flowproof.spec.patterns import BoundedPattern
+
+if TYPE_CHECKING:  # flowproof.options imports this module: the enum is only named here
+    from flowproof.options import Route
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +97,7 @@ class AgentSpec:
     env: tuple[tuple[str, str], ...]
     timeout: float
     cwd: Path | None
-    route: Literal["proxy", "base_url"]
+    route: Route
     location: Location
 
 

@@ -10,10 +10,11 @@ from mitmproxy import http
 from mitmproxy.test import tflow, tutils
 
 from flowproof.addon.mcp import McpBoundary
-from flowproof.addon.options import AddonConfig, Mode
+from flowproof.addon.options import AddonConfig
 from flowproof.addon.shared import Shared
 from flowproof.cassette import Cassette
 from flowproof.mcp import SESSION_PLACEHOLDER, McpExchange, exchange_key, parse_route
+from flowproof.options import Mode, ProxyOptions, with_spec
 from flowproof.replay import Replayer
 from flowproof.spec import load_spec
 
@@ -57,7 +58,8 @@ def boundary(
     log = tmp_path / "events.jsonl"
     spec_path = tmp_path / "s.flow.yaml"
     spec_path.write_text(SPEC.format(name=name, url=url), encoding="utf-8")
-    config = AddonConfig(mode=Mode(mode), report=log, spec=load_spec(spec_path))
+    options = with_spec(ProxyOptions(mode=Mode(mode), report=log), load_spec(spec_path), cwd=str(tmp_path), home=None)
+    config = AddonConfig.build(options)
     replayer = Replayer(Cassette((), mcp=recorded)) if mode != "record" else None
     return McpBoundary(Shared(config, replayer), [parse_route(f"{name}={url}")]), log
 

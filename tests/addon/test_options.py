@@ -1,32 +1,20 @@
-"""Parsing the addon's options into an AddonConfig (no mitmproxy involved)."""
+"""The addon's compiled options: a handler imported, a spec given by hand resolved (no mitmproxy)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from mitmproxy.test import taddons
 
-from flowproof.addon.options import Mode, Upstream, build_config, load_handler, parse_upstream
-
-
-class TestParseUpstream:
-    def test_host_and_url(self):
-        """A HOST=URL map parses into a normalized host and its target."""
-        assert parse_upstream("API.OpenAI.com=http://127.0.0.1:8000") == (
-            "api.openai.com", Upstream("http", "127.0.0.1", 8000, ""))
-
-    def test_path_prefix_and_default_port(self):
-        """A path prefix is kept without its trailing slash and https defaults to 443."""
-        assert parse_upstream("api.anthropic.com=https://gw.example/llm/") == (
-            "api.anthropic.com", Upstream("https", "gw.example", 443, "/llm"))
-
-    @pytest.mark.parametrize("value", ["nohost", "=http://x", "h=ftp://x", "h=http://", "h=http://x:99999",
-                                       "h=http://x/?q=1"], ids=["no-eq", "no-host", "scheme", "no-url-host",
-                                                                "bad-port", "query"])
-    def test_bad_values_raise_value_error(self, value: str):
-        """Malformed maps raise ValueError with a reason."""
-        with pytest.raises(ValueError):
-            parse_upstream(value)
+from flowproof.addon import Flowproof
+from flowproof.addon.core import build_flow_state
+from flowproof.addon.options import AddonConfig, load_handler, options_by_hand
+from flowproof.mcp import parse_route
+from flowproof.options import Mode, ProxyOptions, Route, from_json, parse_upstreams, set_args, with_spec
+from flowproof.runner.proxy import session_request
+from flowproof.spec import load_spec, resolve_variables
 
 
 class TestLoadHandler:
@@ -41,23 +29,30 @@ class TestLoadHandler:
             load_handler(value)
 
 
-class TestBuildConfig:
+class TestAddonConfig:
     def test_defaults_are_replay_with_identity_normalizer(self):
         """With nothing set the config is replay, no spec, and an identity normalizer."""
-        config = build_config({})
+        config = AddonConfig.build(options_by_hand({}))
         assert config.mode is Mode.REPLAY
-        assert config.spec is None and config.normalizer.is_identity
+        assert config.options.spec is None and config.normalizer.is_identity
 
-    def test_comma_separated_upstreams(self):
-        """One option value may hold several comma-separated maps, like FLOWPROOF_UPSTREAM."""
-        config = build_config({"upstream": ["a.com=http://127.0.0.1:1,b.com=http://127.0.0.1:2"]})
-        assert sorted(config.upstream) == ["a.com", "b.com"]
+    def test_the_handler_is_imported_and_named(self):
+        """A compare handler given as module:function is imported once, and named in messages."""
+        config = AddonConfig.build(options_by_hand({"flowproof_compare_handler": "json:dumps"}))
+        assert config.compare_handler is __import__("json").dumps
+        assert config.compare_handler_name == "json:dumps"
+
+    def test_a_bad_handler_names_the_option(self):
+        with pytest.raises(ValueError, match="flowproof_compare_handler"):
+            AddonConfig.build(options_by_hand({"flowproof_compare_handler": "no_such_mod_q:f"}))
 
     def test_bad_route_is_refused(self):
-        """An unknown route names the option."""
-        with pytest.raises(ValueError, match="flowproof_route"):
-            build_config({"route": "tunnel"})
+        """An unknown route names the option and the valid values."""
+        with pytest.raises(ValueError, match="flowproof_route: unknown route `tunnel` — use one of: proxy, base_url"):
+            options_by_hand({"flowproof_route": "tunnel"})
 
+
+class TestSpecByHand:
     def test_spec_supplies_tools_and_portable_paths(self, tmp_path: Path):
         """A spec's tool results and presets reach the config, and HOME makes paths portable."""
         spec = tmp_path / "s.flow.yaml"
@@ -65,8 +60,9 @@ class TestBuildConfig:
             "name: s\napp: agent\nagent:\n  command: x\ntools:\n  - name: t\n    result: 1\n"
             "volatile:\n  - claude-code\nsteps:\n  - prompt: hi\n"
         )
-        config = build_config({"spec": str(spec)}, environ={"HOME": str(tmp_path)})
+        config = AddonConfig.build(options_by_hand({"flowproof_spec": str(spec)}, environ={"HOME": str(tmp_path)}))
         assert config.tool_results == {"t": 1}
+        assert config.options.home == str(tmp_path) and config.options.cwd
         assert not config.normalizer.is_identity
 
     def test_spec_variables_and_escapes_resolve(self, tmp_path: Path):
@@ -76,10 +72,72 @@ class TestBuildConfig:
             "name: s\nagent:\n  command: x\ntools:\n  - name: t\n    result: 'cost $${PRICE}'\n"
             "steps:\n  - prompt: hi\n"
         )
-        assert build_config({"spec": str(spec)}, environ={}).tool_results == {"t": "cost ${PRICE}"}
+        assert options_by_hand({"flowproof_spec": str(spec)}, environ={}).tool_results == {"t": "cost ${PRICE}"}
         spec.write_text(
             "name: s\nagent:\n  command: x\ntools:\n  - name: t\n    result: 'id ${ORDER}'\n"
             "steps:\n  - prompt: hi\n"
         )
-        config = build_config({"spec": str(spec)}, environ={"ORDER": "A-1"})
-        assert config.tool_results == {"t": "id A-1"}
+        assert options_by_hand({"flowproof_spec": str(spec)}, environ={"ORDER": "A-1"}).tool_results == {"t": "id A-1"}
+
+    def test_an_explicit_cwd_and_home_win_over_the_spec(self, tmp_path: Path):
+        spec = tmp_path / "s.flow.yaml"
+        spec.write_text("name: s\nagent:\n  command: x\n  cwd: /somewhere\nsteps:\n  - prompt: hi\n")
+        options = options_by_hand({"flowproof_spec": str(spec)}, environ={"HOME": "/h"})
+        assert (options.cwd, options.home) == ("/somewhere", "/h")
+        options = options_by_hand({"flowproof_spec": str(spec), "flowproof_cwd": "/c", "flowproof_home": "/o"},
+                                  environ={"HOME": "/h"})
+        assert (options.cwd, options.home) == ("/c", "/o")
+
+
+class TestRoundTrip:
+    """The runner's options reach the addon's config unchanged, by either way in."""
+
+    SPEC = (
+        "name: s\nagent:\n  command: x\non_compare: json:dumps\n"
+        "tools:\n  - name: t\n    result: {ok: true, id: '${ORDER}'}\n"
+        "mcp:\n  - name: files\n    url: http://127.0.0.1:8931/mcp\n    tools:\n"
+        "      - name: read\n        result: {text: hi}\n"
+        "volatile:\n  - name: stamp\n    path: metadata.stamp\n    pattern: '\\d{4}'\n  - claude-code\n"
+        "steps:\n  - prompt: hi\n"
+    )
+
+    def runner_options(self, tmp_path: Path) -> ProxyOptions:
+        """What `flowproof-run` resolves for a record flow of this spec."""
+        spec_path = tmp_path / "s.flow.yaml"
+        spec_path.write_text(self.SPEC)
+        spec = resolve_variables(load_spec(spec_path), {"ORDER": "A-1"})
+        return with_spec(
+            ProxyOptions(
+                mode=Mode.RECORD, cassette=tmp_path / "c.json", report=tmp_path / "events.jsonl",
+                upstream=parse_upstreams(["api.openai.com=http://127.0.0.1:8000/v1"]),
+                extra_hosts=("gw.internal",), route=Route.BASE_URL,
+                mcp=(parse_route("files=http://127.0.0.1:8931/mcp"),),
+            ),
+            spec, cwd=str(tmp_path), home="/home/someone",
+        )
+
+    def test_by_hand_with_set_strings(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """options -> ``--set`` strings (parsed by mitmproxy's own option manager) -> the
+        addon loads the spec itself -> the config's options equal the runner's."""
+        expected = self.runner_options(tmp_path)
+        args = set_args(expected)
+        assert args[::2] == ["--set"] * (len(args) // 2)
+        addon = Flowproof()
+        monkeypatch.setenv("ORDER", "A-1")  # the spec's ${ORDER}, resolved by the addon itself
+        with taddons.context(addon) as tctx:
+            tctx.options.set(*args[1::2])
+            assert addon.shared.config.options == expected
+            assert addon.shared.config.compare_handler is __import__("json").dumps
+            addon.shared.events.close()
+
+    def test_through_a_session_request(self, tmp_path: Path) -> None:
+        """options -> the session request's JSON text -> the session's config: equal, and the
+        spec file is never read (it is gone by then)."""
+        expected = self.runner_options(tmp_path)
+        text = json.dumps(session_request(expected))
+        assert expected.spec is not None
+        expected.spec.unlink()
+        state = build_flow_state(from_json(json.loads(text)["options"]))
+        assert state.shared.config.options == expected
+        assert state.mcp.answers == {"files": {"read": {"text": "hi"}}}
+        state.shared.events.close()

@@ -6,10 +6,15 @@ from pathlib import Path
 
 from mitmproxy import http
 
-from flowproof.addon.options import build_config
+from flowproof.addon.options import AddonConfig, options_by_hand
 from flowproof.addon.shared import Shared, config_record_command
 
 from .conftest import CHAT_PATH, SPEC, chat_body, model_flow
+
+
+def config(**values: object) -> AddonConfig:
+    """The config the addon builds from these mitmproxy option values (given by hand)."""
+    return AddonConfig.build(options_by_hand(values, environ={}))
 
 
 class TestRecordCommand:
@@ -18,13 +23,13 @@ class TestRecordCommand:
         spec = tmp_path / "my flows" / "b.flow.yaml"
         spec.parent.mkdir()
         spec.write_text(SPEC)
-        config = build_config({"mode": "replay", "spec": str(spec)}, environ={})
-        assert config_record_command(config) == f"flowproof-run '{spec}' --record"
+        with_spec = config(flowproof_mode="replay", flowproof_spec=str(spec))
+        assert config_record_command(with_spec) == f"flowproof-run '{spec}' --record"
 
     def test_without_a_spec_it_is_the_mitmdump_command(self, tmp_path: Path):
         """Without a spec it is the bare mitmdump command for the cassette."""
-        config = build_config({"mode": "replay", "cassette": str(tmp_path / "c.json")}, environ={})
-        assert Shared(config).record_command().endswith(f"flowproof_cassette={tmp_path / 'c.json'}")
+        bare = config(flowproof_mode="replay", flowproof_cassette=str(tmp_path / "c.json"))
+        assert Shared(bare).record_command().endswith(f"flowproof_cassette={tmp_path / 'c.json'}")
 
 
 class TestDetect:
@@ -43,12 +48,12 @@ class TestDetect:
         """The Vercel AI SDK posts ANTHROPIC_BASE_URL + /messages: on the base-URL route that
         is the Messages API, forwarded (query kept) and recorded as /v1/messages."""
         body = b'{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[]}'
-        on_route = Shared(build_config({"mode": "record", "route": "base_url"}, environ={}))
+        on_route = Shared(config(flowproof_mode="record", flowproof_route="base_url"))
         flow = model_flow(body, host="api.anthropic.com", path="/messages?beta=true")
         call = on_route.detect(flow)
         assert call is not None and call.codec is not None and call.codec.name == "anthropic"
         assert flow.request.path == "/v1/messages?beta=true"
-        proxy = Shared(build_config({"mode": "record", "route": "proxy"}, environ={}))
+        proxy = Shared(config(flowproof_mode="record", flowproof_route="proxy"))
         other = model_flow(body, host="api.anthropic.com", path="/messages")
         seen = proxy.detect(other)
         assert seen is not None and seen.codec is None and other.request.path == "/messages"
@@ -72,10 +77,8 @@ class TestDetect:
 class TestMapUpstream:
     def test_mapped_host_is_rewritten_with_its_prefix(self):
         """A mapped host's request goes to the upstream URL, path prefix included."""
-        config = build_config(
-            {"upstream": ["api.openai.com=http://127.0.0.1:8123/base"]}, environ={}
-        )
+        mapped = config(flowproof_upstream=["api.openai.com=http://127.0.0.1:8123/base"])
         flow = model_flow(chat_body())
-        assert Shared(config).map_upstream(flow.request)
+        assert Shared(mapped).map_upstream(flow.request)
         assert flow.request.url == "http://127.0.0.1:8123/base" + CHAT_PATH
         assert not Shared().map_upstream(model_flow(chat_body()).request)

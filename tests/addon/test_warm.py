@@ -21,18 +21,19 @@ from mitmproxy.test import taddons
 
 from flowproof.addon import Flowproof
 from flowproof.addon import warm as warm_module
-from flowproof.addon.core import build_flow_state, wants_lazy
+from flowproof.addon.core import build_flow_state
 from flowproof.addon.options import AddonConfig
 from flowproof.addon.shared import Shared
 from flowproof.addon.warm import Session, WarmSessions
+from flowproof.options import Mode, ProxyOptions
 
 from .conftest import Harness, chat_body, chat_turn, model_flow, read_log, write_cassette
 
 
 def replay_session(tmp: Path, name: str, number: int, port: int, text: str) -> Session:
     cassette = write_cassette(tmp / f"{name}.json", chat_turn(0, chat_body(), text))
-    values = {"mode": "replay", "cassette": str(cassette), "report": str(tmp / f"{name}.jsonl")}
-    return Session(number, build_flow_state(values, {}), ("regular@0",), frozenset({port}))
+    options = ProxyOptions(cassette=cassette, report=tmp / f"{name}.jsonl")
+    return Session(number, build_flow_state(options), ("regular@0",), frozenset({port}))
 
 
 def on_port(flow: http.HTTPFlow, port: int) -> http.HTTPFlow:
@@ -41,7 +42,7 @@ def on_port(flow: http.HTTPFlow, port: int) -> http.HTTPFlow:
 
 
 def router(tmp: Path, *sessions: Session) -> WarmSessions:
-    warm = WarmSessions(tmp / "control.sock", build_flow_state, wants_lazy)
+    warm = WarmSessions(tmp / "control.sock", build_flow_state)
     for session in sessions:
         for port in session.ports:
             warm.by_port[port] = session
@@ -112,7 +113,7 @@ class _Chain:
     """A session state whose chain is ``children`` (and a real log at ``log``)."""
 
     def __init__(self, log: Path, *children: object) -> None:
-        self.shared = Shared(AddonConfig(report=log))
+        self.shared = Shared(AddonConfig(ProxyOptions(report=log)))
         self.children = children
 
     @property
@@ -207,8 +208,8 @@ class TestRootInWarmMode:
         addon = Flowproof()
         with taddons.context(addon) as tctx:
             tctx.options.update(flowproof_control=str(tmp_path / "c.sock"))
-            values = {"mode": "record", "cassette": str(tmp_path / "r.json"), "report": str(tmp_path / "r.jsonl")}
-            session = Session(1, build_flow_state(values, {}), (), frozenset({5003}))
+            options = ProxyOptions(mode=Mode.RECORD, cassette=tmp_path / "r.json", report=tmp_path / "r.jsonl")
+            session = Session(1, build_flow_state(options), (), frozenset({5003}))
             assert addon.warm is not None
             addon.warm.by_port[5003] = session
             addon.warm._open_sessions.append(session)

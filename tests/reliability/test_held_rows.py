@@ -73,14 +73,15 @@ class TestHeldRows:
 
     def test_listeners_are_loopback_only(self, session: Session, tmp_path: Path) -> None:
         """The runner's proxy, reverse listeners included, listens on 127.0.0.1 and nothing else."""
-        from flowproof.runner.proxy import ProxySettings, start_proxy
+        from flowproof.options import Mode, ProxyOptions, Route, listeners_for
+        from flowproof.runner.proxy import start_proxy
 
         confdir, _ = session.confdir, session.bundle
-        settings = ProxySettings(mode="record", cassette=tmp_path / "new.cassette.json",
-                                 report=tmp_path / "events.jsonl", confdir=confdir,
-                                 reverse_hosts=("api.openai.com", "api.anthropic.com"))
-        with start_proxy(settings) as proxy:
+        options = ProxyOptions(mode=Mode.RECORD, cassette=tmp_path / "new.cassette.json",
+                               report=tmp_path / "events.jsonl", route=Route.BASE_URL,
+                               listeners=listeners_for(Route.BASE_URL))
+        with start_proxy(options, confdir) as proxy:
             ports = {proxy.port, *proxy.reverse_ports.values()}
-            assert len(ports) == 3
+            assert len(ports) == 4
             assert listening_addresses(ports) == {"0100007F"}, listening_addresses(ports)
         assert os.path.exists(tmp_path / "events.jsonl")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from flowproof.options import ProxyOptions
+from flowproof.runner import proxy
 from flowproof.runner.env import CAFiles, ensure_ca
 
 HERE = Path(__file__).parent
@@ -22,6 +24,20 @@ def ca_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def ca_files(ca_dir: Path) -> CAFiles:
     return ensure_ca(ca_dir)
+
+
+@pytest.fixture
+def sent_options(monkeypatch: pytest.MonkeyPatch) -> list[ProxyOptions]:
+    """Every flow's `ProxyOptions` as the runner sends them to the proxy, in order."""
+    sent: list[ProxyOptions] = []
+    real = proxy.session_request
+
+    def capture(options: ProxyOptions) -> dict[str, object]:
+        sent.append(options)
+        return real(options)
+
+    monkeypatch.setattr(proxy, "session_request", capture)
+    return sent
 
 
 def group_alive(pgid: int) -> bool:

@@ -9,14 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from flowproof.errors import FlowproofError
-from flowproof.runner.cli import (
-    cli,
-    parse_extra_hosts,
-    parse_shard,
-    parse_upstream,
-    run_command,
-    select_shard,
-)
+from flowproof.options import ProxyOptions, parse_upstreams
+from flowproof.runner.cli import cli, parse_shard, run_command, select_shard
 
 from .conftest import FAKE_ADDON
 from .helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events, write_script, write_spec
@@ -28,6 +22,7 @@ def fake_env(ca_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setenv("FLOWPROOF_ADDON_SCRIPT", str(FAKE_ADDON))
     monkeypatch.setenv("FLOWPROOF_CA_DIR", str(ca_dir))
     monkeypatch.delenv("FLOWPROOF_UPSTREAM", raising=False)
+    monkeypatch.delenv("FLOWPROOF_EXTRA_HOSTS", raising=False)
 
     def set_script(**script) -> None:
         monkeypatch.setenv("FAKE_FLOWPROOF_SCRIPT", str(write_script(tmp_path / "script.json", **script)))
@@ -111,15 +106,30 @@ class TestRun:
         res = invoke(run_command, [write_spec(tmp_path), "--upstream", "nonsense"])
         assert res.exit_code == 2 and "HOST=URL" in res.output
 
-    def test_upstream_reaches_addon(self, tmp_path: Path, fake_env, monkeypatch: pytest.MonkeyPatch) -> None:
-        """--upstream and FLOWPROOF_UPSTREAM are passed to the addon, in that order."""
+    def test_upstream_reaches_addon(self, tmp_path: Path, fake_env, monkeypatch: pytest.MonkeyPatch,
+                                    sent_options: list[ProxyOptions]) -> None:
+        """FLOWPROOF_UPSTREAM then --upstream, and --extra-host plus FLOWPROOF_EXTRA_HOSTS, reach
+        the addon (`flowproof.options.host_settings`, as for every entry point)."""
         spec = write_spec(tmp_path)
         (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
         fake_env(events=turn_events(BOOKING_TURNS))
         monkeypatch.setenv("FLOWPROOF_UPSTREAM", "api.anthropic.com=http://127.0.0.1:2")
-        res = invoke(run_command, [spec, "--upstream", "api.openai.com=http://127.0.0.1:1", "--json"])
+        monkeypatch.setenv("FLOWPROOF_EXTRA_HOSTS", "gw.internal")
+        res = invoke(run_command, [spec, "--upstream", "api.openai.com=http://127.0.0.1:1", "--json",
+                                   "--extra-host", "llm.example"])
         assert res.exit_code == 0, res.output
         assert "proxy_startup_seconds" in res.output
+        [sent] = sent_options
+        assert sent.upstream == parse_upstreams(
+            ["api.anthropic.com=http://127.0.0.1:2", "api.openai.com=http://127.0.0.1:1"])
+        assert list(sent.upstream) == ["api.anthropic.com", "api.openai.com"]
+        assert sent.extra_hosts == ("llm.example", "gw.internal")
+
+    def test_bad_environment_upstream_is_a_usage_error(self, tmp_path: Path, fake_env,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("FLOWPROOF_UPSTREAM", "api.openai.com=http://u:secret-pw@127.0.0.1:1")
+        res = invoke(run_command, [write_spec(tmp_path)])
+        assert res.exit_code == 2 and "FLOWPROOF_UPSTREAM" in res.output and "secret-pw" not in res.output
 
 
 class TestHelpers:
@@ -134,18 +144,6 @@ class TestHelpers:
         """A malformed --shard raises a usage error."""
         with pytest.raises(FlowproofError, match="I/N"):
             parse_shard(value)
-
-    def test_upstream_merge(self) -> None:
-        """FLOWPROOF_UPSTREAM entries come first, then the options."""
-        assert parse_upstream(["b=http://x"], "a=http://y, ") == ("a=http://y", "b=http://x")
-
-
-    def test_extra_hosts_merge_options_and_environment(self) -> None:
-        """--extra-host and FLOWPROOF_EXTRA_HOSTS combine, lowercased and without repeats."""
-        assert parse_extra_hosts(["GW.internal"], "llm.example, gw.internal,") == (
-            "gw.internal",
-            "llm.example",
-        )
 
     def test_bad_extra_host(self, tmp_path: Path, fake_env) -> None:
         """A URL given where a host belongs is a usage error saying what to write."""

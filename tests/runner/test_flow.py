@@ -18,9 +18,9 @@ from flowproof.errors import (
     EXIT_OK,
     EXIT_USAGE,
 )
+from flowproof.options import ProxyOptions
 from flowproof.runner import flow as flow_module
 from flowproof.runner.flow import RunOptions, run_flow
-from flowproof.runner.proxy import ProxySettings
 from flowproof.runner.recording import rejected_path, staging_path
 
 from .conftest import FAKE_ADDON
@@ -244,11 +244,8 @@ class TestCompare:
         assert result.exit_code == EXIT_OK, result
         assert [r.turn for r in result.compare] == [0, 1, 2]
 
-    def test_handler_decides(self, tmp_path: Path, opts, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_handler_decides(self, tmp_path: Path, opts, sent_options: list[ProxyOptions]) -> None:
         """With a handler, results it accepted pass, even unequal, extra and missing ones."""
-        seen: list[ProxySettings] = []
-        real_start = flow_module.start_proxy
-        monkeypatch.setattr(flow_module, "start_proxy", lambda s, **kw: seen.append(s) or real_start(s, **kw))
         spec = write_spec(tmp_path)
         with_cassette(spec)
         events = turn_events(BOOKING_TURNS) + [
@@ -259,7 +256,7 @@ class TestCompare:
         result = run_flow(spec, opts({"events": events}, mode="compare", compare_handler="mod:fn"))
         assert result.exit_code == EXIT_OK, result
         assert [r.kind for r in result.compare] == ["paired", "extra", "missing"]
-        assert [s.compare_handler for s in seen] == ["mod:fn"]
+        assert [s.compare_handler for s in sent_options] == ["mod:fn"]
 
     def test_handler_rejection_is_exit_4(self, tmp_path: Path, opts) -> None:
         """A result the handler rejected fails the run with its message, even an equal one."""

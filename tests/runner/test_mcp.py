@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from flowproof.errors import FlowproofError
+from flowproof.options import Mode
 from flowproof.runner.mcp import (
     REPLAY_PLACEHOLDER_URL,
     agent_variables,
     check_reachable,
     plan_listeners,
-    proxy_args,
     replay_environ,
+    reverse_listeners,
     url_variables,
 )
 from flowproof.spec import load_spec, resolve_variables
@@ -41,19 +42,15 @@ def test_variable_url_gets_a_listener_and_the_agent_gets_the_endpoint(tmp_path: 
     resolved = resolve_variables(raw, {"EXPORT_MCP_URL": "http://127.0.0.1:8123/mcp"})
     [listener] = plan_listeners(raw, resolved, ports())
     assert agent_variables([listener]) == {"EXPORT_MCP_URL": "http://127.0.0.1:40001/mcp"}
-    assert proxy_args([listener], has_other_reverse=False) == [
-        "--mode", "regular", "--mode", "reverse:http://127.0.0.1:8123@40001",
-        "--set", "flowproof_mcp=exports=http://127.0.0.1:8123/mcp",
-    ]
-    # With the base_url route's listeners already there, `regular` is not added twice.
-    assert proxy_args([listener], has_other_reverse=True)[:2] == ["--mode", "reverse:http://127.0.0.1:8123@40001"]
+    assert reverse_listeners([listener]) == ["reverse:http://127.0.0.1:8123@40001"]
+    assert listener.route.url == "http://127.0.0.1:8123/mcp"
 
 
 def test_replay_needs_no_url(tmp_path: Path) -> None:
     raw = spec_with(tmp_path, "${EXPORT_MCP_URL}")
-    assert replay_environ(raw, {}, "replay") == {"EXPORT_MCP_URL": REPLAY_PLACEHOLDER_URL}
-    assert replay_environ(raw, {"EXPORT_MCP_URL": "http://x:1/m"}, "replay") == {"EXPORT_MCP_URL": "http://x:1/m"}
-    assert replay_environ(raw, {}, "record") == {}
+    assert replay_environ(raw, {}, Mode.REPLAY) == {"EXPORT_MCP_URL": REPLAY_PLACEHOLDER_URL}
+    assert replay_environ(raw, {"EXPORT_MCP_URL": "http://x:1/m"}, Mode.REPLAY) == {"EXPORT_MCP_URL": "http://x:1/m"}
+    assert replay_environ(raw, {}, Mode.RECORD) == {}
 
 
 def test_fixed_local_url_cannot_be_redirected(tmp_path: Path) -> None:
@@ -66,8 +63,8 @@ def test_remote_url_is_caught_on_the_proxy_route(tmp_path: Path) -> None:
     raw = spec_with(tmp_path, "https://mcp.example.com/v1/mcp")
     [listener] = plan_listeners(raw, raw, ports())
     assert listener.port is None and agent_variables([listener]) == {}
-    assert proxy_args([listener], has_other_reverse=False) == [
-        "--set", "flowproof_mcp=exports=https://mcp.example.com:443/v1/mcp"]
+    assert reverse_listeners([listener]) == []
+    assert listener.route.url == "https://mcp.example.com:443/v1/mcp"
 
 
 def test_unreachable_server_is_named(tmp_path: Path) -> None:

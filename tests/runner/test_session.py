@@ -27,7 +27,8 @@ from .helpers import BOOKING_TURNS, cassette_text, turn_events, write_script
 @pytest.fixture(autouse=True)
 def stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLOWPROOF_ADDON_SCRIPT", str(FAKE_ADDON))
-    for name in ("OPENAI_API_KEY", "HTTPS_PROXY", "https_proxy", "FLOWPROOF_UPSTREAM", "FAKE_FLOWPROOF_SCRIPT"):
+    for name in ("OPENAI_API_KEY", "HTTPS_PROXY", "https_proxy", "FLOWPROOF_UPSTREAM", "FLOWPROOF_EXTRA_HOSTS",
+                 "FAKE_FLOWPROOF_SCRIPT", "NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -65,6 +66,38 @@ def test_the_environment_points_at_the_proxy_and_is_put_back(
     assert result.passed, result.error
     assert result.turns == 3 and result.tool_calls == ("search_flights", "create_booking")
     assert len(session.trajectory().tool_calls) == 2  # still readable once closed
+
+
+def test_the_environment_settings_are_flowproof_runs(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FLOWPROOF_EXTRA_HOSTS reaches the session as it reaches flowproof-run: the gateway is
+    kept out of NO_PROXY, so its calls go through the proxy (the session used to read only
+    FLOWPROOF_UPSTREAM, and the agent's NO_PROXY sent a gateway's calls straight past it)."""
+    cassette = tmp_path / "c.json"
+    cassette.write_text(cassette_text(BOOKING_TURNS))
+    monkeypatch.setenv("NO_PROXY", "gw.internal,example.org")
+    monkeypatch.setenv("FLOWPROOF_EXTRA_HOSTS", "gw.internal")
+    monkeypatch.setenv("FLOWPROOF_UPSTREAM", "api.openai.com=http://127.0.0.1:9")
+    session = ProxySession(cassette, ca=ca_files, upstream=["api.anthropic.com=http://127.0.0.1:8"]).start()
+    try:
+        no_proxy = os.environ["NO_PROXY"].split(",")
+        assert "gw.internal" not in no_proxy and "example.org" in no_proxy
+    finally:
+        session.close()
+    assert list(session.upstream) == ["api.openai.com", "api.anthropic.com"]
+    assert session.extra_hosts == ("gw.internal",)
+
+
+def test_a_bad_environment_upstream_is_refused_before_anything_starts(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one parser refuses a mapping with a password (the addon used to drop it silently)."""
+    monkeypatch.setenv("FLOWPROOF_UPSTREAM", "api.openai.com=http://user:hunter2-secret@127.0.0.1:9")
+    with pytest.raises(FlowproofError, match="FLOWPROOF_UPSTREAM .*user name or password") as caught:
+        ProxySession(tmp_path / "c.json", ca=ca_files)
+    assert "hunter2-secret" not in str(caught.value)
+    assert "HTTPS_PROXY" not in os.environ
 
 
 def test_replay_without_a_cassette_says_how_to_record(tmp_path: Path, ca_files: CAFiles) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from flowproof.options import REVERSE_HOSTS
 from flowproof.redact import ALLOWED_HEADERS, filter_headers
-from flowproof.runner.flow import REVERSE_HOSTS
 from flowproof.spec import volatile_refusal
 from flowproof.wire import CODEC_NAMES, codec_by_name, detect, is_model_host
 from flowproof.wire.providers import (
