@@ -1,9 +1,11 @@
 """A small data agent with a plan mode, on the official ``openai`` and ``mcp`` SDKs — the agent
 under test in ``plan_mode_guard.flow.yaml``.
 
-It connects to the MCP server at ``$EXPORT_MCP_URL`` (Streamable HTTP), offers
-the model every tool the server lists, and runs the model's tool calls over MCP
-until the model answers with text, which it prints.
+It connects to the MCP server at ``$EXPORT_MCP_URL`` (Streamable HTTP) — or, given
+``--mcp-config FILE`` (an ``{"mcpServers": {NAME: {"command", "args"}}}`` file, as
+Claude Code reads), launches the ``exports`` server of that file and talks to it
+over stdio — offers the model every tool the server lists, and runs the model's
+tool calls over MCP until the model answers with text, which it prints.
 
 ``AGENT_MODE=plan`` is read-only, and the agent ENFORCES it in code: a tool the
 server does not annotate as read-only (``readOnlyHint``) is refused before any
@@ -28,7 +30,7 @@ import sys
 from typing import Any
 
 import openai
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 MODEL = "gpt-4o-mini"
 MAX_STEPS = 6
@@ -56,11 +58,18 @@ def refusal(name: str, read_only: dict[str, bool], mode: str, enforcement: str) 
     return None
 
 
-async def run(prompt: str) -> str:
+def stdio_server(config_path: str) -> StdioServerParameters:
+    """The ``exports`` entry of an MCP config file, launched over stdio."""
+    with open(config_path, encoding="utf-8") as fh:
+        entry = json.load(fh)["mcpServers"]["exports"]
+    return StdioServerParameters(command=entry["command"], args=entry.get("args", []), env=entry.get("env"))
+
+
+async def run(prompt: str, server: str | StdioServerParameters) -> str:
     mode = os.environ.get("AGENT_MODE", "plan")
     enforcement = os.environ.get("AGENT_ENFORCEMENT", "code")
     model = openai.AsyncOpenAI()
-    async with Client(os.environ["EXPORT_MCP_URL"], mode=os.environ.get("MCP_CLIENT_MODE", "auto")) as mcp:
+    async with Client(server, mode=os.environ.get("MCP_CLIENT_MODE", "auto")) as mcp:
         listed = (await mcp.list_tools()).tools
         read_only = {t.name: bool(t.annotations and t.annotations.read_only_hint) for t in listed}
         messages: list[dict[str, Any]] = [
@@ -98,14 +107,23 @@ def read_prompt(argv: list[str]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    server: str | StdioServerParameters
+    if "--mcp-config" in argv[:-1]:
+        at = argv.index("--mcp-config")
+        server = stdio_server(argv[at + 1])
+        argv = argv[:at] + argv[at + 2:]
+    elif os.environ.get("EXPORT_MCP_URL"):
+        server = os.environ["EXPORT_MCP_URL"]
+    else:
+        print("plan_agent.py: set EXPORT_MCP_URL to the MCP server's URL, or pass --mcp-config FILE",
+              file=sys.stderr)
+        return 2
     prompt = read_prompt(argv)
     if not prompt:
-        print("usage: plan_agent.py PROMPT (or FLOWPROOF_PROMPT, or a line on stdin)", file=sys.stderr)
+        print("usage: plan_agent.py [--mcp-config FILE] PROMPT (or FLOWPROOF_PROMPT, or a line on stdin)",
+              file=sys.stderr)
         return 2
-    if not os.environ.get("EXPORT_MCP_URL"):
-        print("plan_agent.py: set EXPORT_MCP_URL to the MCP server's URL", file=sys.stderr)
-        return 2
-    print(asyncio.run(run(prompt)))
+    print(asyncio.run(run(prompt, server)))
     return 0
 
 

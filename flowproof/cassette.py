@@ -35,6 +35,7 @@ from flowproof.commands import GENERIC_RECORD_COMMAND
 from flowproof.errors import CassetteError, CassetteNotFoundError, WireError
 from flowproof.files import UnreadableFileError, read_regular_file
 from flowproof.mcp import McpExchange, exchange_from_json, exchange_to_json
+from flowproof.mcp.stdio import StdioSession, session_from_json, session_to_json
 from flowproof.model import FinishReason, ResponseView, Turn
 from flowproof.options import Route
 from flowproof.wire import Codec, codec_by_name, with_path_fields
@@ -148,13 +149,15 @@ class RecordedTurn:
 class Cassette:
     """A whole cassette: the turns in the order they completed, and the route they took.
 
-    ``mcp`` holds the recorded MCP exchanges (docs/mcp.md), written only when there are any.
+    ``mcp`` holds the recorded MCP exchanges and ``mcp_stdio`` the recorded stdio MCP
+    sessions (docs/mcp.md), each written only when there are any.
     """
 
     turns: tuple[RecordedTurn, ...]
     route: Route = Route.PROXY
     format: int = CASSETTE_FORMAT
     mcp: tuple[McpExchange, ...] = ()
+    mcp_stdio: tuple[StdioSession, ...] = ()
 
 
 # --------------------------------------------------------------------------- serialization
@@ -245,6 +248,8 @@ def dumps_cassette(cassette: Cassette) -> str:
     }
     if cassette.mcp:
         doc["mcp"] = [exchange_to_json(e) for e in cassette.mcp]
+    if cassette.mcp_stdio:
+        doc["mcp_stdio"] = [session_to_json(s) for s in cassette.mcp_stdio]
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -364,8 +369,12 @@ class _Reader:
         mcp = doc.get("mcp", [])
         if not isinstance(mcp, list):
             raise self.fail("top level", f"`mcp` should be an array, not {_json_type(mcp)}")
+        stdio = doc.get("mcp_stdio", [])
+        if not isinstance(stdio, list):
+            raise self.fail("top level", f"`mcp_stdio` should be an array, not {_json_type(stdio)}")
         try:
             exchanges = tuple(exchange_from_json(e, i) for i, e in enumerate(mcp))
+            sessions = tuple(session_from_json(s, i) for i, s in enumerate(stdio))
         except ValueError as e:
             raise CassetteError(self.path, str(e), "re-record the flow") from None
         return Cassette(
@@ -373,6 +382,7 @@ class _Reader:
             route=Route(route),
             format=fmt,
             mcp=exchanges,
+            mcp_stdio=sessions,
         )
 
 

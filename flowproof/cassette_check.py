@@ -8,8 +8,9 @@ every turn parses through its provider's codec. A bad cassette is a
 `CassetteError` (exit 2) naming the file, the turn and the field — never served
 to the agent, where its crash would be blamed on the agent.
 
-`error_turns` lists the turns that recorded an HTTP error status, for the
-record report, the heal diff and the refusal to keep them (docs/reliability.md).
+`error_turns` lists the turns that recorded an HTTP error status, and the MCP
+servers that refused every request (`flowproof.mcp.refused`), for the record
+report, the heal diff and the refusal to keep them (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from flowproof.cassette import Cassette, RecordedTurn, turn_views
 from flowproof.errors import CassetteError, FlowproofError
+from flowproof.mcp.refused import exchange_outcomes, refused_servers, session_outcomes
 
 __all__ = ["check_cassette", "error_turns"]
 
@@ -92,9 +94,11 @@ def check_cassette(cassette: Cassette, path: Path | str) -> None:
 
 
 def error_turns(cassette: Cassette) -> tuple[str, ...]:
-    """One line per turn that recorded an HTTP error status from the upstream."""
-    return tuple(
+    """One line per turn that recorded an HTTP error status from the upstream, and one per MCP
+    server that refused every request of the recording (a 401 pinned in a cassette is no test)."""
+    turns = tuple(
         f"turn {turn.index} recorded an HTTP {turn.response.status} from the upstream"
         for turn in cassette.turns
         if turn.response is not None and turn.response.status >= 400
     )
+    return turns + refused_servers([*exchange_outcomes(cassette.mcp), *session_outcomes(cassette.mcp_stdio)])

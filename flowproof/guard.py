@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowproof.assertions import check_clause, describe_assertion
+from flowproof.mcp import mcp_tool_of
 from flowproof.model import ToolCall
 from flowproof.spec.types import FlowSpec, ToolCallAssertion
 from flowproof.trajectory import MCP, MODEL, Trajectory
@@ -82,7 +83,12 @@ class GuardEvidence:
 
 def guard_evidence(spec: FlowSpec, trajectory: Trajectory) -> list[GuardEvidence]:
     """The evidence for every ``assert_no_tool_call`` step of ``spec``, in spec order."""
-    offered = {name for turn in trajectory.turns for name in turn.request.tools}
+    servers = {server.name for server in spec.mcp}
+    offered = {
+        mcp_tool_of(name, servers, trajectory.mcp_tools) or name
+        for turn in trajectory.turns
+        for name in turn.request.tools
+    }
     out = []
     for step in spec.steps:
         if not isinstance(step, ToolCallAssertion) or not step.negated:

@@ -236,6 +236,9 @@ class ProxyOptions:
     volatile: tuple[VolatileRule, ...] = ()
     #: ``mcp:`` server name -> tool name -> the result flowproof answers with.
     mcp_answers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: The ``mcp:`` servers the agent launches over stdio (``command:``): their stand-ins'
+    #: relay requests are answered (docs/mcp.md, "MCP over stdio").
+    mcp_stdio: tuple[str, ...] = ()
     #: The flow's listeners as mitmproxy mode specs (``regular``, ``reverse:https://api.openai.com``,
     #: ``regular@8080``); one without ``@PORT`` gets a free port.
     listeners: tuple[str, ...] = ("regular",)
@@ -269,7 +272,7 @@ def expand_volatile(spec: FlowSpec) -> tuple[VolatileRule, ...]:
 
 def with_spec(options: ProxyOptions, spec: FlowSpec, *, cwd: str, home: str | None) -> ProxyOptions:
     """``options`` with a resolved spec's data: tool results, volatile rules (presets
-    expanded), MCP answers, its ``on_compare`` unless a handler is set, and for portable
+    expanded), MCP answers and stdio servers, its ``on_compare`` unless a handler is set, and for portable
     paths unless they are set the agent's working directory (``agent.cwd``, else ``cwd``:
     where the agent is started) and ``home``. The runner and the addon (given
     ``flowproof_spec`` by hand) both resolve a spec here."""
@@ -282,6 +285,7 @@ def with_spec(options: ProxyOptions, spec: FlowSpec, *, cwd: str, home: str | No
         mcp_answers={
             server.name: {t.name: t.result for t in server.tools if t.has_result} for server in spec.mcp
         },
+        mcp_stdio=tuple(server.name for server in spec.mcp if server.command is not None),
         compare_handler=options.compare_handler or spec.on_compare or "",
         cwd=options.cwd or agent_cwd,
         home=options.home or home,
@@ -532,6 +536,7 @@ def to_json(options: ProxyOptions) -> dict[str, Any]:
         tool_results=dict(options.tool_results),
         volatile=[_rule_json(r) for r in options.volatile],
         mcp_answers={name: dict(answers) for name, answers in options.mcp_answers.items()},
+        mcp_stdio=list(options.mcp_stdio),
         listeners=list(options.listeners),
     )
     return out
@@ -547,12 +552,13 @@ def from_json(obj: object) -> ProxyOptions:
         volatile = tuple(_rule_from_json(r) for r in obj.get("volatile") or ())
         tool_results = dict(obj.get("tool_results") or {})
         mcp_answers = {str(k): dict(v) for k, v in (obj.get("mcp_answers") or {}).items()}
+        mcp_stdio = _strings(obj.get("mcp_stdio", []))
     except (KeyError, TypeError, ValueError, re.error) as e:
         raise ValueError(f"a session's resolved options are malformed ({type(e).__name__}: {e})") from None
     if not listeners:
         raise ValueError("a session needs at least one listener")
     return replace(options, listeners=listeners, volatile=volatile, tool_results=tool_results,
-                   mcp_answers=mcp_answers)
+                   mcp_answers=mcp_answers, mcp_stdio=mcp_stdio)
 
 
 # ------------------------------------------------------------------ settings from the environment

@@ -25,9 +25,9 @@ Pure: no I/O, no provider branching; it reads only `flowproof.model` values.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from flowproof.mcp import McpCall
+from flowproof.mcp import McpCall, mcp_tool_of
 from flowproof.model import FinishReason, RequestView, ToolCall, Turn
 
 __all__ = [
@@ -115,12 +115,15 @@ def build_trajectory(
     turns: Sequence[Turn],
     mcp_calls: Sequence[McpCall] = (),
     mcp_tools: Collection[str] = (),
+    mcp_servers: Collection[str] = (),
 ) -> Trajectory:
     """Build the trajectory of a run from its turns (in any order; they are sorted by index).
 
     ``mcp_calls`` are the ``tools/call`` requests that crossed the MCP boundary, in
-    the order they crossed; ``mcp_tools`` the tools a spec declares under ``mcp:``.
-    A tool in either is an MCP tool: its model requests become attempts.
+    the order they crossed; ``mcp_tools`` the tools a spec declares under ``mcp:``,
+    and ``mcp_servers`` its servers' names. A tool in either is an MCP tool: its
+    model requests become attempts, named by the MCP tool even when the agent
+    offers it to the model as ``mcp__<server>__<tool>`` (`flowproof.mcp.mcp_tool_of`).
 
     >>> build_trajectory([]).reply is None
     True
@@ -130,14 +133,16 @@ def build_trajectory(
     threads = _group_threads(ordered)
     main = _pick_main(threads)
     over_mcp = frozenset(mcp_tools) | {c.name for c in mcp_calls}
+    servers = frozenset(mcp_servers) | {c.server for c in mcp_calls}
     requested: list[ToolCall] = []
     tool_calls: list[ToolCall] = []
     pending = sorted(mcp_calls, key=lambda c: c.after_turns)  # stable: crossing order kept
     for done, turn in enumerate(ordered):
         tool_calls.extend(_boundary_call(c) for c in pending if c.after_turns == done)
         if turn.response is not None:
-            requested.extend(turn.response.tool_calls)
-            tool_calls.extend(c for c in turn.response.tool_calls if c.name not in over_mcp)
+            asked = [_as_mcp(c, servers, over_mcp) for c in turn.response.tool_calls]
+            requested.extend(asked)
+            tool_calls.extend(c for c in asked if c.name not in over_mcp)
     tool_calls.extend(_boundary_call(c) for c in pending if c.after_turns >= len(ordered))
     reply, reason = _reply_of(main)
     return Trajectory(
@@ -152,6 +157,14 @@ def build_trajectory(
         attempts=tuple(c for c in requested if c.name in over_mcp),
         mcp_tools=over_mcp,
     )
+
+
+def _as_mcp(call: ToolCall, servers: Collection[str], tools: Collection[str]) -> ToolCall:
+    """The model's call named by the MCP tool it stands for (unchanged when it is no MCP tool)."""
+    if not servers:
+        return call
+    tool = mcp_tool_of(call.name, servers, tools)
+    return call if tool is None or tool == call.name else replace(call, name=tool)
 
 
 def _boundary_call(call: McpCall) -> BoundaryCall:

@@ -98,6 +98,26 @@ class TestSerialization:
         )
         assert loads_cassette(dumps_cassette(c), "c.json") == c
 
+    def test_stdio_mcp_sessions_round_trip_beside_the_turns(self):
+        """``mcp_stdio`` is written only when there are sessions, after the turns; a bad one names itself."""
+        from flowproof.mcp.stdio import StdioMessage, StdioSession
+
+        session = StdioSession(0, "notes", (
+            StdioMessage("client", message={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            StdioMessage("server", line="not json"),
+        ))
+        c = Cassette((make_turn(0),), mcp_stdio=(session,))
+        text = dumps_cassette(c)
+        assert list(json.loads(text)) == ["format", "generator", "route", "turns", "mcp_stdio"]
+        assert loads_cassette(text, "c.json") == c
+        assert "mcp_stdio" not in json.loads(dumps_cassette(Cassette((make_turn(0),))))
+        broken = json.loads(text)
+        broken["mcp_stdio"][0]["messages"][1] = {"from": "server"}
+        with pytest.raises(CassetteError, match="mcp_stdio session 0, message 1: needs exactly one of"):
+            loads_cassette(json.dumps(broken), "c.json")
+        with pytest.raises(CassetteError, match="`mcp_stdio` should be an array"):
+            loads_cassette(json.dumps({**broken, "mcp_stdio": {}}), "c.json")
+
     def test_layout_and_key_order_follow_the_format(self):
         """The text is two-space indented, ends with a newline and orders keys as documented."""
         text = dumps_cassette(Cassette((make_turn(0),)))

@@ -61,3 +61,32 @@ class TestErrorTurns:
 
     def test_a_clean_cassette_has_none(self) -> None:
         assert error_turns(load_cassette(BOOKING)) == ()
+        assert error_turns(load_cassette(BOOKING.with_name("plan_mode_guard.cassette.json"))) == ()
+
+    def test_an_mcp_server_that_refused_every_request_is_listed(self) -> None:
+        """Four 401s pinned in a cassette: the record that made them is refused like an error turn."""
+        d = doc()
+        d["mcp"] = [
+            {"index": i, "server": "exports",
+             "request": {"method": "POST", "path": "", "body_key": "k",
+                         "body": {"jsonrpc": "2.0", "id": i, "method": method}},
+             "response": {"status": 401, "content_type": "application/json", "body": {"error": "invalid_token"}}}
+            for i, method in enumerate(("server/discover", "tools/list", "tools/call", "tools/call"))
+        ]
+        [line] = error_turns(loads_cassette(json.dumps(d), "c.json"))
+        assert line.startswith("mcp server `exports` refused every request of the recording (4 of 4: HTTP 401)")
+
+    def test_a_stdio_server_that_refused_every_call_is_listed(self) -> None:
+        """Over stdio a refusal is a JSON-RPC error: every tools/call answered with one."""
+        d = doc()
+        refused = {"jsonrpc": "2.0", "error": {"code": -32001, "message": "not authorised"}}
+        d["mcp_stdio"] = [{"index": 0, "server": "notes", "messages": [
+            {"from": "client", "message": {"jsonrpc": "2.0", "id": 0, "method": "tools/list"}},
+            {"from": "server", "message": {"jsonrpc": "2.0", "id": 0, "result": {"tools": []}}},
+            {"from": "client", "message": {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                           "params": {"name": "t"}}},
+            {"from": "server", "message": {**refused, "id": 1}},
+        ]}]
+        [line] = error_turns(loads_cassette(json.dumps(d), "c.json"))
+        assert line.startswith("mcp server `notes` refused every tools/call of the recording "
+                               "(1 of 1: JSON-RPC error -32001: not authorised)")

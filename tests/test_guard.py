@@ -38,8 +38,17 @@ def evidence(tmp_path: Path, turns: list[Turn], mcp_calls: list[McpCall]):
     path.write_text(SPEC)
     spec = load_spec(path)
     mcp_tools = {t.name for s in spec.mcp for t in s.tools}
-    [ev] = guard_evidence(spec, build_trajectory(turns, mcp_calls, mcp_tools))
+    [ev] = guard_evidence(spec, build_trajectory(turns, mcp_calls, mcp_tools, {s.name for s in spec.mcp}))
     return ev
+
+
+def test_a_tool_the_agent_names_mcp_server_tool_keeps_its_evidence(tmp_path: Path) -> None:
+    """Claude Code and codex offer the tool as mcp__exports__export_to_endpoint, and their own
+    permission check refuses it: offered, asked, not called — enforcement, no warning."""
+    qualified = "mcp__exports__export_to_endpoint"
+    ev = evidence(tmp_path, [turn(0, (qualified,), ToolCall(qualified, "{}")), turn(1, (qualified,))], [])
+    assert (ev.offered, ev.asked, ev.called, ev.passed) == (True, 1, 0, True)
+    assert ev.warning is None
 
 
 def test_enforced_guard_has_an_attempt_and_no_warning(tmp_path: Path) -> None:

@@ -200,6 +200,7 @@ def full_options(tmp_path: Path) -> ProxyOptions:
         "tools:\n  - name: t\n    result: {ok: true, items: [1, 2.5, null]}\n"
         "mcp:\n  - name: files\n    url: http://127.0.0.1:8931/mcp\n    tools:\n"
         "      - name: read\n        result: {text: hi}\n"
+        "  - name: notes\n    command: python notes.py\n    tools:\n      - name: note\n"
         "volatile:\n  - name: stamp\n    path: metadata.stamp\n    pattern: '\\d{4}'\n  - claude-code\n"
         "steps:\n  - prompt: hi\n"
     )
@@ -222,6 +223,7 @@ class TestRoundTrip:
         """Options -> session request (JSON text) -> options: nothing lost, nothing re-read."""
         options = full_options(tmp_path)
         assert options.tool_results and options.volatile and options.mcp_answers  # resolved
+        assert options.mcp_stdio == ("notes",)
         assert options.compare_handler == "mod:fn" and options.cwd == "/srv/app"
         assert from_json(json.loads(json.dumps(to_json(options)))) == options
 

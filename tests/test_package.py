@@ -36,6 +36,8 @@ PURE_CORE = (
     "flowproof.excerpt",
     "flowproof.commands",
     "flowproof.mcp",
+    "flowproof.mcp.stdio",
+    "flowproof.mcp.refused",
     "flowproof.guard",
     "flowproof.report_html",
 )

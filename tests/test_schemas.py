@@ -115,6 +115,10 @@ BROKEN = {
     + "mcp:\n  - name: exports\n    url: http://127.0.0.1:9000/mcp\n    tools: []\n",
     "mcp url not http": BASE
     + "mcp:\n  - name: e\n    url: file:///x\n    tools:\n      - name: export\n        result: 1\n",
+    "mcp entry with url and command": BASE
+    + "mcp:\n  - name: e\n    url: http://x/\n    command: srv\n    tools:\n      - name: export\n",
+    "mcp entry with neither url nor command": BASE + "mcp:\n  - name: e\n    tools:\n      - name: export\n",
+    "mcp command empty": BASE + "mcp:\n  - name: e\n    command: ' '\n    tools:\n      - name: export\n",
     "unknown volatile preset": BASE + "volatile:\n  - claude\n",
     "volatile rule name with capitals": BASE + "volatile:\n  - name: Session\n    path: metadata.id\n",
     "volatile rule without path": BASE + "volatile:\n  - name: session\n",
@@ -157,6 +161,8 @@ VALID = {
     "mcp tool without result (a declaration)": BASE
     + "mcp:\n  - name: exports\n    url: http://127.0.0.1:9000/mcp\n    tools:\n      - name: export\n",
     "allow_error_turns": BASE + "allow_error_turns: true\n",
+    "mcp stdio server": BASE
+    + "mcp:\n  - name: notes\n    command: python notes.py --db ${DB}\n    tools:\n      - name: export\n",
     "mcp with a variable url": BASE
     + "mcp:\n  - name: exports\n    url: ${EXPORT_MCP_URL}\n    tools:\n      - name: export\n        result: { ok: false }\n",  # noqa: E501
     "presets and rules": BASE

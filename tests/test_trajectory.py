@@ -249,6 +249,28 @@ class TestMcpBoundary:
         assert [c.name for c in traj.attempts] == ["export"]
         assert traj.mcp_tools == frozenset({"export"})
 
+    def test_a_model_request_under_the_agent_s_qualified_name_is_the_mcp_tool(self) -> None:
+        """Claude Code asks for mcp__exports__export: the attempt is named export, and it is not
+        listed as a model-boundary call beside the MCP call it led to."""
+        from flowproof.mcp import McpCall
+        from flowproof.trajectory import MCP, boundary_of
+
+        traj = build_trajectory(
+            [tool_turn(0, MAIN_SYSTEM, ToolCall("mcp__exports__export", '{"n":1}'), ToolCall("Bash", "{}")),
+             reply_turn(1, MAIN_SYSTEM, "exported")],
+            mcp_calls=[McpCall("exports", "export", '{"n": 1}', answered=True, after_turns=1)],
+            mcp_tools={"export"}, mcp_servers={"exports"},
+        )
+        assert [(c.name, boundary_of(c)) for c in traj.tool_calls] == [("Bash", "model"), ("export", MCP)]
+        assert [c.name for c in traj.attempts] == ["export"]
+        assert traj.attempts[0].arguments == {"n": 1}
+        # Another server's tool of the same name, and an unknown tool, keep their names.
+        other = build_trajectory(
+            [tool_turn(0, MAIN_SYSTEM, ToolCall("mcp__other__export", "{}"), ToolCall("exports__nope", "{}"))],
+            mcp_tools={"export"}, mcp_servers={"exports"},
+        )
+        assert [c.name for c in other.tool_calls] == ["mcp__other__export", "exports__nope"]
+
     def test_mcp_calls_before_any_turn_and_after_the_last(self) -> None:
         from flowproof.mcp import McpCall
 

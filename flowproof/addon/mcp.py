@@ -14,6 +14,8 @@ through the explicit proxy (a remote https server). Per mode:
 - compare: everything else goes live and is not recorded (compare judges model turns).
 
 Every ``tools/call`` that crosses is written to the event log as ``mcp_call``.
+Servers the agent runs over stdio reach the proxy through flowproof's stand-in,
+whose relay requests `StdioRelay` (``flowproof.addon.mcp_stdio``) answers.
 
 It is a child of the root addon placed before the mode's concern, so it sees
 each flow first; a flow it answered is skipped by the concern (``Shared.detect``),
@@ -31,6 +33,7 @@ from typing import Any
 
 from mitmproxy import http
 
+from flowproof.addon.mcp_stdio import StdioRelay
 from flowproof.addon.shared import Shared, log
 from flowproof.events import DivergenceEvent, ErrorEvent, McpCallEvent, McpRejectedEvent
 from flowproof.mcp import (
@@ -45,6 +48,7 @@ from flowproof.mcp import (
     exchange_key,
     miss_response,
 )
+from flowproof.mcp.jsonrpc import methods_of
 from flowproof.options import Mode
 from flowproof.wire.sse import SSEDecoder, SSEEvent
 
@@ -79,6 +83,7 @@ class McpBoundary:
         self.routes = tuple(routes)
         #: The declared answers (the spec's ``mcp:`` tools with a ``result:``), by server.
         self.answers: Mapping[str, Mapping[str, Any]] = shared.config.options.mcp_answers
+        self.stdio = StdioRelay(shared, self.answers)
         recorded = shared.replayer.cassette.mcp if shared.replayer is not None else ()
         self.replayer = McpReplayer(tuple(recorded)) if self.mode is Mode.REPLAY else None
         self._pending: dict[str, _Pending] = {}
@@ -118,6 +123,8 @@ class McpBoundary:
 
     def handle_request(self, flow: http.HTTPFlow) -> bool:
         """Act on one request; True when it was MCP traffic."""
+        if self.stdio.handle(flow):
+            return True
         req = flow.request
         route = self._route(req)
         if route is None:
@@ -282,9 +289,9 @@ class McpBoundary:
     def done(self) -> None:
         # Runs before the concern's `done` event: a recorded exchange never asked for is a
         # divergence of the trajectory, like a missing model call.
-        text = self.unconsumed_text()
-        if text is not None:
-            self._write(DivergenceEvent("", text))
+        for text in (self.unconsumed_text(), self.stdio.unconsumed_text()):
+            if text is not None:
+                self._write(DivergenceEvent("", text))
 
     def unconsumed_text(self) -> str | None:
         """At replay: the recorded exchanges the agent never asked for, in words, or None."""
@@ -295,10 +302,6 @@ class McpBoundary:
             return None
         lines = [f"{len(left)} recorded MCP exchange(s) were never requested (missing calls):"]
         for exchange in left:
-            body = exchange.request
-            methods = ", ".join(
-                str(m.get("method", "response")) for m in (body if isinstance(body, list) else [body])
-                if isinstance(m, dict)
-            )
+            methods = methods_of(exchange.request)
             lines.append(f"- mcp exchange {exchange.index} with `{exchange.server}`: {methods or exchange.method}")
         return "\n".join(lines)

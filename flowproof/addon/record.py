@@ -39,7 +39,8 @@ class Record(LiveCalls):
         assert path is not None  # configure refuses record without a cassette
         events = self.shared.events
         cassette = Cassette(
-            tuple(self.turns), route=config.route, mcp=tuple(self.shared.mcp_exchanges)
+            tuple(self.turns), route=config.route, mcp=tuple(self.shared.mcp_exchanges),
+            mcp_stdio=tuple(r.session() for r in self.shared.mcp_stdio),
         )
         try:
             save_cassette(cassette, path)

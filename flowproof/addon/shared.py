@@ -20,6 +20,7 @@ from flowproof.errors import FlowproofError
 from flowproof.events import DoneEvent, ErrorEvent, RequestStartedEvent
 from flowproof.log import addon_logger
 from flowproof.mcp import McpExchange
+from flowproof.mcp.stdio import StdioRecording
 from flowproof.options import Route
 from flowproof.redact import redact_url
 from flowproof.replay import Replayer
@@ -96,6 +97,8 @@ class Shared:
         self.events = EventLog(self.config.report)
         #: MCP exchanges recorded by the MCP concern, saved by `Record` beside the turns.
         self.mcp_exchanges: list[McpExchange] = []
+        #: stdio MCP sessions recorded by the MCP concern (`addon.mcp_stdio`), saved beside them.
+        self.mcp_stdio: list[StdioRecording] = []
 
     def record_command(self) -> str:
         """The command that records this cassette (see `config_record_command`)."""

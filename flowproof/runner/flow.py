@@ -56,6 +56,7 @@ from flowproof.runner.mcp import (
     replay_environ,
     reverse_listeners,
 )
+from flowproof.runner.mcp_stdio import check_agent, write_standins
 from flowproof.runner.progress import Progress
 from flowproof.runner.proxy import FlowProxy, ProxyPool, free_port, scratch_prefix, start_proxy
 from flowproof.runner.recording import Staging
@@ -227,6 +228,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             "flowproof-run with the same --proxy-port N"
         )
 
+    check_agent(spec)
     if agent.command and agent.cwd is not None and not agent.cwd.is_dir():
         # Checked before the proxy starts: nothing to stop, and no recording is staged.
         raise AgentError(
@@ -279,7 +281,8 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 # No request reaches a real provider in replay, nor with a mapped upstream (a local
                 # model or gateway), so an SDK that insists on a key gets a placeholder there.
                 placeholders = proxy_options.dials_lazily
-                agent_environ = {**environ, **agent_variables(listeners)}
+                standins = write_standins(spec, Path(scratch) / "mcp", proxy.url, mode)
+                agent_environ = {**environ, **agent_variables(listeners), **standins}
                 run = _drive(
                     proxy, spec.agent, prompts, agent_environ, ca, placeholders,
                     proxy_options.model_hosts, timeout,
@@ -416,7 +419,7 @@ def _verdict(
         turns = trajectory_turns(events)
         mcp_tools = {t.name for server in spec.mcp for t in server.tools}
         mcp_calls = calls_from_events([e.to_json() for e in events])
-        trajectory = build_trajectory(turns, mcp_calls, mcp_tools)
+        trajectory = build_trajectory(turns, mcp_calls, mcp_tools, {s.name for s in spec.mcp})
         checked.update(
             reply=trajectory.reply,
             tool_calls=tuple(_call_label(c) for c in trajectory.tool_calls),

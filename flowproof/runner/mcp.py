@@ -18,6 +18,7 @@ import re
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from flowproof.errors import FlowproofError
 from flowproof.mcp import McpRoute, parse_route
@@ -44,17 +45,27 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 @dataclass(frozen=True, slots=True)
 class McpListener:
-    """One ``mcp:`` entry's route and, when the agent is redirected, its variable and listener port."""
+    """One ``mcp:`` entry's route and, when the agent is redirected, its variable and listener port.
+
+    ``credentials`` are the url's ``user:password@`` and ``query`` its query string: the
+    agent's url keeps them, so a server that authenticates by either still gets them,
+    while the route (the proxy's option, every message, the cassette) never holds them.
+    """
 
     route: McpRoute
     variable: str | None
     port: int | None
+    credentials: str = ""
+    query: str = ""
 
 
 def url_variables(spec: FlowSpec) -> dict[str, str | None]:
-    """Server name -> the variable its url is (``${VAR}`` alone), or None. Reads an unresolved spec."""
+    """Server name -> the variable its url is (``${VAR}`` alone), or None. Reads an unresolved spec;
+    stdio entries (``command:``) have no url and are left out."""
     out: dict[str, str | None] = {}
     for server in spec.mcp:
+        if server.url is None:
+            continue
         match = _ONLY_VARIABLE.fullmatch(server.url)
         out[server.name] = match.group(1) if match else None
     return out
@@ -76,6 +87,8 @@ def plan_listeners(raw: FlowSpec, resolved: FlowSpec, free_port: object) -> list
     variables = url_variables(raw)
     out = []
     for server in resolved.mcp:
+        if server.url is None:
+            continue  # a stdio server: the agent reaches it through the stand-in (runner.mcp_stdio)
         try:
             route = parse_route(f"{server.name}={server.url}")
         except ValueError as e:
@@ -91,7 +104,9 @@ def plan_listeners(raw: FlowSpec, resolved: FlowSpec, free_port: object) -> list
                 )
             out.append(McpListener(route, None, None))  # a remote url: caught on the proxy route
             continue
-        out.append(McpListener(route, variable, free_port()))  # type: ignore[operator]
+        parts = urlsplit(server.url)
+        credentials = parts.netloc.rpartition("@")[0]
+        out.append(McpListener(route, variable, free_port(), credentials, parts.query))  # type: ignore[operator]
     return out
 
 
@@ -105,12 +120,16 @@ def reverse_listeners(listeners: Sequence[McpListener]) -> list[str]:
 
 
 def agent_variables(listeners: Sequence[McpListener]) -> dict[str, str]:
-    """What the agent's environment gets: each redirected entry's variable -> its flowproof endpoint."""
-    return {
-        item.variable: f"http://127.0.0.1:{item.port}{item.route.path}"
-        for item in listeners
-        if item.variable is not None and item.port is not None
-    }
+    """What the agent's environment gets: each redirected entry's variable -> its flowproof endpoint,
+    with the real url's credentials and query string (the proxy passes both on to the server)."""
+    out = {}
+    for item in listeners:
+        if item.variable is None or item.port is None:
+            continue
+        userinfo = f"{item.credentials}@" if item.credentials else ""
+        query = f"?{item.query}" if item.query else ""
+        out[item.variable] = f"http://{userinfo}127.0.0.1:{item.port}{item.route.path}{query}"
+    return out
 
 
 def check_reachable(listeners: Sequence[McpListener], timeout: float = 3.0) -> None:

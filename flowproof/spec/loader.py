@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from flowproof.errors import SpecError, SpecProblem
 from flowproof.files import UnreadableFileError, read_regular_file
+from flowproof.mcp.stdio import standin_variable
 from flowproof.normalize import PRESETS
 from flowproof.options import Route
 from flowproof.spec.clauses import compile_pattern, parse_reply_line, parse_tool_line, suggest
@@ -72,7 +74,7 @@ _TOP_KEYS = ("name", "app", "agent", "tools", "mcp", "strict", "cassette", "vola
              "on_compare", "steps", "allow_error_turns")
 _AGENT_KEYS = ("command", "url", "env", "timeout", "cwd", "route")
 _TOOL_KEYS = ("name", "result")
-_MCP_KEYS = ("name", "url", "tools")
+_MCP_KEYS = ("name", "url", "command", "tools")
 _RULE_KEYS = ("name", "path", "pattern")
 _STEP_KEYS = ("prompt", "assert_tool_call", "assert_no_tool_call", "assert")
 _ROUTES = tuple(r.value for r in Route)
@@ -513,7 +515,7 @@ class _Walker:
             if entries is None:
                 continue
             self.check_keys(entries, _MCP_KEYS, "an `mcp` entry")
-            name = url = None
+            name = url = command = None
             if "name" in entries:
                 name = self.text(entries["name"][1], "the mcp server `name`")
                 if name is not None and name in seen:
@@ -524,16 +526,23 @@ class _Walker:
                     seen.add(name)
             else:
                 self.problem(item, "an `mcp` entry has no `name`", "add `name: <server name>`")
-            if "url" in entries:
+            if "url" in entries and "command" in entries:
+                self.problem(entries["command"][0], "an `mcp` entry has both a `url` and a `command`",
+                             "keep `url:` for a server the agent reaches over HTTP, `command:` for one "
+                             "it launches (stdio)")
+            elif "url" in entries:
                 url_node = entries["url"][1]
                 url = self.template(url_node, "the mcp server `url`")
                 if url is not None and not has_variables(url) and not _URL.fullmatch(url):
                     self.problem(url_node, f"the mcp server `url` must be an http(s) URL, "
                                  f"found `{url}`", "e.g. `url: http://127.0.0.1:9000/mcp`")
                     url = None
+            elif "command" in entries:
+                command = self.mcp_command(entries["command"][1])
             else:
-                self.problem(item, "an `mcp` entry has no `url`",
-                             "add `url: <the server's URL>` (${VAR} allowed)")
+                self.problem(item, "an `mcp` entry has no `url` and no `command`",
+                             "add `url: <the server's URL>` for an HTTP server, or `command: <how to "
+                             "start it>` for a stdio server (${VAR} allowed in both)")
             tools: tuple[ToolMock, ...] = ()
             if "tools" in entries:
                 # Without `result:` an mcp tool is a declaration only: it passes through (docs/mcp.md).
@@ -544,9 +553,42 @@ class _Walker:
             else:
                 self.problem(item, "an `mcp` entry has no `tools`",
                              "list the tools flowproof should answer, each with `result:`")
-            if name is not None and url is not None:
-                servers.append(McpServer(name=name, url=url, tools=tools, location=self.loc(item)))
+            if name is not None and (url is not None or command is not None):
+                servers.append(McpServer(name=name, url=url, tools=tools, location=self.loc(item),
+                                         command=command))
+        self.check_standin_variables(servers)
         return tuple(servers)
+
+    def mcp_command(self, node: Node) -> str | None:
+        """A stdio server's command: split like a shell splits words (quotes), run without one."""
+        command = self.template(node, "the mcp server `command`")
+        if command is None:
+            return None
+        try:
+            words = shlex.split(command)
+        except ValueError as e:
+            self.problem(node, f"the mcp server `command` cannot be split into words ({e})",
+                         "close the quote, or escape it with a backslash")
+            return None
+        if not words:
+            self.problem(node, "the mcp server `command` is empty", "write the command that starts the server")
+            return None
+        return command
+
+    def check_standin_variables(self, servers: list[McpServer]) -> None:
+        # The agent finds each stdio stand-in by a variable derived from the entry's name.
+        seen: dict[str, str] = {}
+        for server in servers:
+            if server.command is None:
+                continue
+            variable = standin_variable(server.name)
+            if variable in seen:
+                loc = server.location
+                self.problems.append(SpecProblem(
+                    loc.path, loc.line, loc.col,
+                    f"mcp servers `{seen[variable]}` and `{server.name}` would share the variable {variable}",
+                    "rename one (letters and digits decide the variable; other characters become `_`)"))
+            seen[variable] = server.name
 
     def check_duplicate_tools(self, tools: tuple[ToolMock, ...],
                               mcp: tuple[McpServer, ...]) -> None:

@@ -113,12 +113,17 @@ class ToolMock:
 
 @dataclass(frozen=True, slots=True)
 class McpServer:
-    """An ``mcp:`` entry: its listed tools are answered at the MCP boundary."""
+    """An ``mcp:`` entry: its listed tools are answered at the MCP boundary.
+
+    Exactly one of ``url`` (a Streamable HTTP server) and ``command`` (a server the
+    agent launches and talks to over stdio; docs/mcp.md) is set.
+    """
 
     name: str
-    url: str
+    url: str | None
     tools: tuple[ToolMock, ...]
     location: Location
+    command: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ escape for a literal ``${``. A reference is ``${NAME}`` with NAME matching
 
 Resolved places: prompts, ``where`` clause values (``matches`` patterns are
 recompiled), reply texts, the agent's command, url, env values and cwd, MCP
-urls, and every string leaf of a tool ``result:``.
+urls and commands, and every string leaf of a tool ``result:``.
 """
 
 from __future__ import annotations
@@ -188,7 +188,8 @@ class _Resolver:
         mcp = tuple(
             McpServer(
                 name=server.name,
-                url=self.text(server.url, server.location),
+                url=self.text(server.url, server.location) if server.url is not None else None,
+                command=self.text(server.command, server.location) if server.command is not None else None,
                 tools=tuple(self.tool(t) for t in server.tools),
                 location=server.location,
             )

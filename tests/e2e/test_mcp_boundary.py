@@ -48,10 +48,11 @@ steps:
 class McpServer:
     """The example MCP server in a subprocess; `marker` exists once its export tool ran."""
 
-    def __init__(self, examples: Path, marker: Path) -> None:
+    def __init__(self, examples: Path, marker: Path, *options: str) -> None:
         self.marker = marker
         self.process = subprocess.Popen(
-            [sys.executable, str(examples / "plan_mode_mcp_server.py"), "--port", "0", "--marker", str(marker)],
+            [sys.executable, str(examples / "plan_mode_mcp_server.py"), "--port", "0", "--marker", str(marker),
+             *options],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )
         assert self.process.stdout is not None
@@ -72,8 +73,8 @@ class McpServer:
 def mcp_server(examples: Path, tmp_path: Path) -> Iterator[Callable[[], McpServer]]:
     servers: list[McpServer] = []
 
-    def start() -> McpServer:
-        server = McpServer(examples, tmp_path / "export-ran.marker")
+    def start(*options: str) -> McpServer:
+        server = McpServer(examples, tmp_path / "export-ran.marker", *options)
         servers.append(server)
         return server
 
@@ -204,3 +205,83 @@ def test_unreachable_mcp_server_at_record_names_the_entry(examples: Path, flowpr
     assert ran.code != 0
     assert "the mcp server `exports` at http://127.0.0.1:9/mcp (from ${EXPORT_MCP_URL}) is not reachable" in ran.output
     assert "Traceback" not in ran.output
+
+
+TOKEN = "tok-e2e-s3cret"
+
+#: An agent that carries on when its MCP server refuses it, as Claude Code does with a server
+#: that fails to connect: the model is asked anyway, and the agent exits 0.
+TOLERANT_AGENT = """\
+import asyncio, os, sys
+import openai
+from mcp import Client
+
+async def main() -> None:
+    try:
+        async with Client(os.environ["EXPORT_MCP_URL"]) as mcp:
+            tools = [t.name for t in (await mcp.list_tools()).tools]
+    except Exception as e:  # noqa: BLE001
+        tools = []
+        print(f"MCP server unavailable: {type(e).__name__}", file=sys.stderr)
+    reply = await openai.AsyncOpenAI().chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": f"{sys.argv[1]} tools: {tools}"}])
+    print(reply.choices[0].message.content)
+
+asyncio.run(main())
+"""
+
+TOLERANT_SPEC = """\
+name: an agent that lists its MCP tools
+agent:
+  command: python tolerant_agent.py {prompt}
+mcp:
+  - name: exports
+    url: ${EXPORT_MCP_URL}
+    tools:
+      - name: list_rows
+steps:
+  - prompt: List your tools.
+  - assert: reply contains tools
+"""
+
+
+def test_a_query_string_token_reaches_the_server_and_nothing_else(
+    examples: Path, flowproof: Flowproof, fake_model: Any, mcp_server: Any
+) -> None:
+    """A server that authenticates by `?token=`: the agent's requests carry it through the proxy,
+    so the record works; neither the cassette nor any report holds the token (issue 19 item 8)."""
+    server = mcp_server("--token", TOKEN)
+    spec = examples / "write_mode.flow.yaml"
+    spec.write_text(WRITE_SPEC, encoding="utf-8")
+    code, flow, output = run(flowproof, spec, "--record", *upstream_args(model(fake_model, examples)),
+                             EXPORT_MCP_URL=f"{server.url}?token={TOKEN}", **_keys())
+    assert code == 0, output
+    assert flow["tool_calls"] == ["list_rows (mcp)", "export_to_endpoint (mcp)"]
+    cassette = (examples / "write_mode.cassette.json").read_text(encoding="utf-8")
+    assert {e["response"]["status"] for e in json.loads(cassette)["mcp"]} <= {200, 202}
+    assert TOKEN not in cassette and TOKEN not in output and TOKEN not in json.dumps(flow)
+    assert not server.marker.exists()
+
+
+def test_a_record_the_mcp_server_refused_entirely_is_not_kept(
+    examples: Path, flowproof: Flowproof, fake_model: Any, mcp_server: Any
+) -> None:
+    """The wrong token: every MCP request gets a 401, the agent carries on, the model answers.
+    The record fails naming the server instead of pinning the 401s; the old cassette stays."""
+    from flowproof.testing import Reply
+
+    (examples / "tolerant_agent.py").write_text(TOLERANT_AGENT, encoding="utf-8")
+    spec = examples / "tolerant.flow.yaml"
+    spec.write_text(TOLERANT_SPEC, encoding="utf-8")
+    cassette = examples / "tolerant.cassette.json"
+    before = (examples / "plan_mode_guard.cassette.json").read_bytes()  # an old recording, kept as it is
+    cassette.write_bytes(before)
+    server = mcp_server("--token", TOKEN)
+    fake = fake_model([Reply.text("I have no tools.")])
+    code, flow, output = run(flowproof, spec, "--record", *upstream_args(fake),
+                             EXPORT_MCP_URL=f"{server.url}?token=wrong", **_keys())
+    assert code == 5, output
+    assert "mcp server `exports` refused every request of the recording" in flow["error"]
+    assert "HTTP 401" in flow["error"]
+    assert "MCP server unavailable" in flow["agent"]["stderr"]  # the agent did carry on
+    assert cassette.read_bytes() == before

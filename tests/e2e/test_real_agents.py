@@ -289,6 +289,139 @@ class TestClaudeCode:
         assert fingerprint(cassette_of(spec)) == before
 
 
+# --- Claude Code with a stdio MCP server ----------------------------------------------------
+
+#: The MCP server of the plan-mode example (official `mcp` SDK), served over stdio: its export
+#: tool writes a marker file if it ever runs; --log records each start and each list_rows run.
+MCP_SERVER = Path(__file__).resolve().parents[2] / "example_specs" / "plan_mode_mcp_server.py"
+MCP_REPLY = "Exported 5 rows; the export endpoint said ok false."
+
+
+EXPORT_STEP = "assert_tool_call: export_to_endpoint where rows equals 5"
+GUARD_STEP = "assert_no_tool_call: export_to_endpoint"
+
+
+def claude_mcp_spec(folder: Path, claude: Path, export_step: str = EXPORT_STEP,
+                    allowed: str = "mcp__exports__list_rows mcp__exports__export_to_endpoint") -> Path:
+    """Claude Code given flowproof's MCP config, which launches the stand-in instead of the server."""
+    command = " ".join([
+        shlex.quote(str(claude)), "-p", "{prompt}",
+        "--mcp-config", '"$FLOWPROOF_MCP_CONFIG"', "--strict-mcp-config",
+        "--allowedTools", shlex.quote(allowed),
+    ])
+    server = " ".join(["python", shlex.quote(str(MCP_SERVER)), "--stdio",
+                       "--marker", "export-ran.marker", "--log", "server.log"])
+    return write_spec(folder / "claude_mcp.flow.yaml", "\n".join([
+        "name: Claude Code lists rows and exports them over a stdio MCP server",
+        "agent:",
+        f"  command: {json.dumps(command)}",
+        # By default Claude Code connects MCP servers in the background and defers their tools
+        # behind its ToolSearch tool: a fast model outruns the connection (docs/agents.md).
+        "  env:",
+        "    MCP_CONNECTION_NONBLOCKING: 'false'",
+        "    ENABLE_TOOL_SEARCH: 'false'",
+        "  timeout: 180",
+        "volatile:",
+        "  - claude-code",
+        "mcp:",
+        "  - name: exports",
+        f"    command: {json.dumps(server)}",
+        "    tools:",
+        "      - name: export_to_endpoint",
+        "        result: { ok: false }",
+        "      - name: list_rows",
+        "steps:",
+        "  - prompt: List 5 rows, then export them to https://example.com/in.",
+        "  - assert_tool_call: list_rows where limit equals 5",
+        f"  - {export_step}",
+        "  - assert: reply contains Exported 5 rows",
+    ]) + "\n")
+
+
+def claude_mcp_script() -> tuple[list[Reply], dict[str, list[Reply]]]:
+    main = [
+        Reply.tool_call("mcp__exports__list_rows", {"limit": 5}),
+        Reply.tool_call("mcp__exports__export_to_endpoint", {"endpoint": "https://example.com/in", "rows": 5}),
+        Reply.text(MCP_REPLY),
+    ]
+    return main, {TITLE_SYSTEM: [Reply.text('{"title": "Export rows"}')]}
+
+
+def server_log(place: Place) -> list[str]:
+    log = place.project / "server.log"
+    return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+
+
+class TestClaudeCodeStdioMcp:
+    """Claude Code with an `--mcp-config` stdio server: the declared export never runs (no marker at
+    record, replay or compare); list_rows is forwarded and runs at record, then replays with no
+    server process at all."""
+
+    def test_record_replay_compare(
+        self, real_agents: dict[str, Path], flowproof: Flowproof, tmp_path: Path
+    ) -> None:
+        place = Place.fresh(tmp_path / "record", "project")
+        spec = claude_mcp_spec(place.project, real_agents["claude"])
+        marker = place.project / "export-ran.marker"
+        main, lanes = claude_mcp_script()
+        with FakeModelServer(main, lanes=lanes) as server:
+            recorded = run(flowproof, place, spec, "--record", "--json", "--upstream",
+                           f"api.anthropic.com={server.url}", keys=True)
+            assert recorded.code == 0, recorded.output
+            last = server.model_requests[-1].json
+        assert not marker.exists()
+        assert server_log(place) == ["started", "list_rows 5"]
+        flow = recorded.report()["flows"][0]
+        # The model asked for mcp__exports__…: the calls are the MCP tools, seen at the MCP boundary.
+        assert flow["tool_calls"] == ["list_rows (mcp)", "export_to_endpoint (mcp)"]
+        # Claude Code told the model the server's real rows, and flowproof's answer to the export.
+        told = [block["content"] for message in last["messages"] if isinstance(message["content"], list)
+                for block in message["content"] if block.get("type") == "tool_result"]
+        assert json.loads(told[-2])["rows"][0] == {"id": 1, "region": "EU", "amount": 10}
+        assert json.loads(told[-1]) == {"ok": False}
+        cassette = json.loads(cassette_of(spec).read_text(encoding="utf-8"))
+        [session] = cassette["mcp_stdio"]
+        calls = [m["message"]["params"]["name"] for m in session["messages"]
+                 if m["from"] == "client" and m["message"].get("method") == "tools/call"]
+        assert calls == ["list_rows"]
+
+        replayed = run(flowproof, place, spec, "--json")
+        assert replayed.code == 0, replayed.output
+        assert replayed.report()["flows"][0]["reply"] == MCP_REPLY
+        assert server_log(place) == ["started", "list_rows 5"]  # no server process at replay
+        assert not marker.exists()
+
+        main, lanes = claude_mcp_script()
+        with FakeModelServer(main, lanes=lanes) as server:
+            compared = run(flowproof, place, spec, "--compare", "--upstream", f"api.anthropic.com={server.url}",
+                           keys=True)
+        assert compared.code == 0, compared.output
+        assert server_log(place) == ["started", "list_rows 5", "started", "list_rows 5"]
+        assert not marker.exists()
+
+    def test_claude_code_s_own_permission_check_is_the_guard(
+        self, real_agents: dict[str, Path], flowproof: Flowproof, tmp_path: Path
+    ) -> None:
+        """Only list_rows is allowed: the model asks for the export, Claude Code refuses it before
+        any MCP call. The guard evidence says so — offered, asked 1, called 0, no warning — at
+        record and at replay."""
+        place = Place.fresh(tmp_path / "record", "project")
+        spec = claude_mcp_spec(place.project, real_agents["claude"], allowed="mcp__exports__list_rows",
+                               export_step=GUARD_STEP)
+        main, lanes = claude_mcp_script()
+        with FakeModelServer(main, lanes=lanes) as server:
+            recorded = run(flowproof, place, spec, "--record", "--json", "--upstream",
+                           f"api.anthropic.com={server.url}", keys=True)
+        assert recorded.code == 0, recorded.output
+        for ran in (recorded, run(flowproof, place, spec, "--json")):
+            assert ran.code == 0, ran.output
+            flow = ran.report()["flows"][0]
+            [guard] = flow["guards"]
+            assert (guard["offered"], guard["asked"], guard["called"], guard["boundary"]) == (True, 1, 0, "mcp")
+            assert flow["warnings"] == [] and flow["tool_calls"] == ["list_rows (mcp)"]
+        assert not (place.project / "export-ran.marker").exists()
+
+
 # --- codex ----------------------------------------------------------------------------------
 
 CODEX_REPLY = f"The command printed {TOOL_MARKER}."

@@ -164,6 +164,19 @@ class TestCheck:
         assert res.exit_code == 2
         assert f"{bad}:" in res.output and "1 spec OK, 1 invalid" in res.output
 
+    def test_a_stdio_mcp_entry(self, tmp_path: Path) -> None:
+        """`command:` checks like any entry; both url and command is one clear problem, no traceback."""
+        entry = "mcp:\n  - name: notes\n    command: python notes.py\n    tools:\n      - name: t\n"
+        good = tmp_path / "good.flow.yaml"
+        good.write_text(f"name: n\nagent:\n  command: a\n{entry}steps:\n  - prompt: x\n")
+        assert invoke(cli, ["check", good]).exit_code == 0
+        bad = tmp_path / "bad.flow.yaml"
+        bad.write_text(good.read_text().replace("    command: python notes.py\n",
+                                                "    command: python notes.py\n    url: http://x/\n"))
+        res = invoke(cli, ["check", bad])
+        assert res.exit_code == 2 and "an `mcp` entry has both a `url` and a `command`" in res.output
+        assert "Traceback" not in res.output
+
 
 class TestDiffShow:
     def test_diff(self, tmp_path: Path) -> None:

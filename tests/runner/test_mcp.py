@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
 import pytest
 
 from flowproof.errors import FlowproofError
-from flowproof.options import Mode
+from flowproof.options import Mode, ProxyOptions, to_json
 from flowproof.runner.mcp import (
     REPLAY_PLACEHOLDER_URL,
     agent_variables,
@@ -44,6 +45,18 @@ def test_variable_url_gets_a_listener_and_the_agent_gets_the_endpoint(tmp_path: 
     assert agent_variables([listener]) == {"EXPORT_MCP_URL": "http://127.0.0.1:40001/mcp"}
     assert reverse_listeners([listener]) == ["reverse:http://127.0.0.1:8123@40001"]
     assert listener.route.url == "http://127.0.0.1:8123/mcp"
+
+
+def test_the_agent_keeps_the_query_and_credentials_the_proxy_never_sees_them(tmp_path: Path) -> None:
+    """A server that authenticates by `?token=` or `user:password@` still gets them from the agent;
+    what the proxy is told (its options, its listeners: the cassette's source) holds neither."""
+    raw = spec_with(tmp_path, "${EXPORT_MCP_URL}")
+    real = "http://reader:pw-s3cret@127.0.0.1:8123/mcp?token=tok-s3cret&v=2"
+    [listener] = plan_listeners(raw, resolve_variables(raw, {"EXPORT_MCP_URL": real}), ports())
+    assert agent_variables([listener]) == {
+        "EXPORT_MCP_URL": "http://reader:pw-s3cret@127.0.0.1:40001/mcp?token=tok-s3cret&v=2"}
+    told = json.dumps([to_json(ProxyOptions(mcp=(listener.route,))), reverse_listeners([listener])])
+    assert "s3cret" not in told and '"exports=http://127.0.0.1:8123/mcp"' in told
 
 
 def test_replay_needs_no_url(tmp_path: Path) -> None:

@@ -347,8 +347,45 @@ mcp:
       - name: t
 """))
         assert [p.split(" — ")[0] for p in found] == [
-            "5:5: an `mcp` entry has no `url`",
+            "5:5: an `mcp` entry has no `url` and no `command`",
             "5:5: an `mcp` entry has no `tools`",
+        ]
+
+    def test_a_stdio_server_has_a_command(self, load):
+        """`command:` instead of `url:`: a server the agent launches and talks to over stdio."""
+        spec = load(with_steps(
+            "  - prompt: x\n  - assert_no_tool_call: delete\n",
+            "mcp:\n  - name: notes\n    command: python 'notes server.py' --db ${DB}\n    tools:\n"
+            "      - name: delete\n        result: {ok: false}\n"))
+        [server] = spec.mcp
+        assert (server.url, server.command) == (None, "python 'notes server.py' --db ${DB}")
+
+    def test_stdio_command_problems(self, problems):
+        """Both url and command, an unclosed quote, an empty command, two names sharing a variable."""
+        found = problems(with_steps("  - prompt: x\n", """\
+mcp:
+  - name: a
+    url: http://x
+    command: srv
+    tools: [{name: t1}]
+  - name: b
+    command: srv 'unclosed
+    tools: [{name: t2}]
+  - name: c
+    command: "  "
+    tools: [{name: t3}]
+  - name: notes-db
+    command: srv
+    tools: [{name: t4}]
+  - name: notes.db
+    command: srv
+    tools: [{name: t5}]
+"""))
+        assert [p.split(" — ")[0] for p in found] == [
+            "7:5: an `mcp` entry has both a `url` and a `command`",
+            "10:14: the mcp server `command` cannot be split into words (No closing quotation)",
+            "13:14: the mcp server `command` is empty",
+            "18:5: mcp servers `notes-db` and `notes.db` would share the variable FLOWPROOF_MCP_NOTES_DB",
         ]
 
     def test_mcp_tool_without_result_is_a_declaration(self, load):
