@@ -1,6 +1,6 @@
 """Evaluate a flow spec's assertion steps against a trajectory.
 
-Semantics (docs/design.md#spec-semantics):
+Semantics (docs/design.md#spec-semantics, docs/spec.md):
 
 - ``assert_tool_call`` steps form an ordered subsequence of ``trajectory.tool_calls``:
   each must match a call after the call the previous one matched; unlisted calls
@@ -8,6 +8,12 @@ Semantics (docs/design.md#spec-semantics):
 - ``assert_no_tool_call`` covers the whole trajectory, whatever the position.
 - ``assert: reply contains X`` (``reply is X`` alias) is a substring test on the
   reply; an absent reply reads "the agent has not replied", never "empty text".
+- ``in:`` narrows the steps below it to a scope (`flowproof.scopes`): each scope
+  has its own subsequence cursor and its own reply; the steps' results name it.
+- The other steps are evaluated by the module of their concern: sub-agents and
+  parallel calls (`flowproof.agent_checks`), budgets (`flowproof.budgets`), the
+  cache prefix (`flowproof.cacheprefix`), egress and secrets from the proxy's
+  witness (`flowproof.witness`), strict mocks (`flowproof.coverage`).
 
 Nothing here raises for a failing assertion: every step yields an
 `AssertionResult`, and a failure's message says what was expected and what the
@@ -19,133 +25,134 @@ where-clause path, the matcher, the expected and the actual value), which
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from flowproof.agent_checks import evaluate_parallel, evaluate_subagent
+from flowproof.budgets import evaluate_budget
+from flowproof.cacheprefix import evaluate_cache_prefix
+from flowproof.coverage import strict_mocks_result
 from flowproof.model import ToolCall
-from flowproof.spec.paths import resolve_path
-from flowproof.spec.patterns import PatternTimeout, compile_bounded
+from flowproof.outcome import MISMATCH_KINDS, AssertionResult, Mismatch, excerpt, quote
+from flowproof.scopes import resolve_scope
 from flowproof.spec.types import (
-    Clause,
+    BudgetAssertion,
+    CachePrefixAssertion,
+    EgressAssertion,
     FlowSpec,
-    Location,
-    Matcher,
+    ParallelCallsAssertion,
+    Price,
     ReplyAssertion,
+    ScopeStep,
+    SecretLeakAssertion,
     Step,
+    SubagentAssertion,
     ToolCallAssertion,
 )
 from flowproof.trajectory import MCP, Trajectory, boundary_of
+from flowproof.where import ClauseCheck, check_clause, describe_clause
+from flowproof.witness import Witness, evaluate_egress, evaluate_secret
 
-__all__ = ["MISMATCH_KINDS", "AssertionResult", "Mismatch", "check_clause", "describe_assertion", "evaluate"]
-
-# Long values are cut in messages: a reviewer needs the start, not 8000 characters.
-_EXCERPT = 160
-
-
-#: What a `Mismatch` can be about: a where clause's matcher, or the step's own condition.
-MISMATCH_KINDS = (
-    "equals", "contains", "matches", "exists", "is absent",  # a where clause on the nearest call
-    "called",  # assert_tool_call: the tool was never called
-    "order",  # assert_tool_call: the matching call came before the previous assertion's
-    "json",  # the nearest call's arguments are not JSON, so no where clause can match
-    "not called",  # assert_no_tool_call: a call it forbids was made
-    "reply contains",  # the reply does not contain the text (or there is no reply)
-    "strict",  # strict: true: a call no assert_tool_call lists
-)
+__all__ = [
+    "MISMATCH_KINDS",
+    "AssertionResult",
+    "ClauseCheck",
+    "Mismatch",
+    "check_clause",
+    "describe_assertion",
+    "evaluate",
+]
 
 
 @dataclass(frozen=True, slots=True)
-class Mismatch:
-    """One reason a step failed, as data; the result's message says the same in words.
+class _Context:
+    """What steps read besides the trajectory: prices, the prompts' texts, the proxy's witness."""
 
-    ``matcher`` is one of `MISMATCH_KINDS`. ``path`` is the where clause's path
-    (``flight.id``) or None. ``expected`` is the clause's value as the spec wrote it
-    (text; None for ``exists``/``is absent``), the tool name for ``called``, the text for
-    ``reply contains``. ``actual`` is what the trajectory held: the JSON value at the path
-    (None when the path is absent), the tools called in order for ``called``, a call's
-    arguments for ``not called``/``strict``/``json``, the reply (None: no reply).
-    ``tool`` and ``call`` (1-based, in the trajectory's tool calls) name the call concerned.
-    """
-
-    matcher: str
-    path: str | None = None
-    expected: Any = None
-    actual: Any = None
-    tool: str | None = None
-    call: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "matcher": self.matcher,
-            "path": self.path,
-            "expected": self.expected,
-            "actual": self.actual,
-            "tool": self.tool,
-            "call": self.call,
-        }
+    pricing: tuple[Price, ...]
+    prompts: tuple[str, ...]
+    witness: Witness
 
 
-@dataclass(frozen=True, slots=True)
-class AssertionResult:
-    """The verdict on one spec step (``step`` is None for the flow-level ``strict`` check).
-
-    A failure's ``mismatches`` say why as data (empty for a pass)."""
-
-    step: Step | None
-    passed: bool
-    message: str
-    location: Location | None
-    mismatches: tuple[Mismatch, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ClauseCheck:
-    """One where clause applied to one call: passed, a line saying what was found, and the
-    value found at the clause's path (None when it is absent or the arguments are not JSON)."""
-
-    clause: Clause
-    passed: bool
-    detail: str
-    actual: Any = None
-
-
-def evaluate(spec: FlowSpec, trajectory: Trajectory) -> list[AssertionResult]:
+def evaluate(
+    spec: FlowSpec, trajectory: Trajectory, *, witness: Witness | None = None, strict_mocks: bool = False
+) -> list[AssertionResult]:
     """Check every assertion step of ``spec`` (variables already resolved) against ``trajectory``.
 
-    Returns one result per assertion step, in spec order, plus one for the
-    ``strict`` check when the flow is strict. Prompt steps yield nothing.
+    Returns one result per assertion step, in spec order (an ``in:`` step is followed by the
+    results of its steps in each scope it covers), plus one for the ``strict`` check when the
+    flow is strict and one for mock coverage with ``strict_mocks`` (or ``strict_mocks: true``).
+    ``witness`` is what the proxy saw beyond model calls (egress, secret leaks). Prompt steps
+    yield nothing.
     """
+    context = _Context(spec.pricing, tuple(p.text for p in spec.prompts), witness or Witness())
+    results, matched = _evaluate_steps(spec.steps, trajectory, context, "")
+    if spec.strict:
+        results.append(_evaluate_strict(spec, trajectory.tool_calls, matched))
+    if strict_mocks or spec.strict_mocks:
+        results.append(strict_mocks_result(spec, trajectory))
+    return results
+
+
+def _evaluate_steps(
+    steps: Sequence[Step], trajectory: Trajectory, context: _Context, scope: str
+) -> tuple[list[AssertionResult], list[int]]:
     results: list[AssertionResult] = []
     calls = trajectory.tool_calls
     next_pos = 0  # the subsequence cursor: the first call the next assert_tool_call may match
     prev_matched: int | None = None
     matched: list[int] = []
-    for step in spec.steps:
+    for step in steps:
+        result: AssertionResult | None = None
         if isinstance(step, ToolCallAssertion) and not step.negated:
             pos = _find_match(step, calls, next_pos)
             if pos is not None:
-                results.append(
-                    AssertionResult(
-                        step,
-                        True,
-                        f"{describe_assertion(step)}: matched {_call_ref(pos, calls)}",
-                        step.location,
-                    )
+                result = AssertionResult(
+                    step, True, f"{describe_assertion(step)}: matched {_call_ref(pos, calls)}", step.location
                 )
                 matched.append(pos)
                 next_pos, prev_matched = pos + 1, pos
             else:
                 message, why = _explain_missing_call(step, calls, next_pos, prev_matched)
-                results.append(AssertionResult(step, False, message, step.location, why))
+                result = AssertionResult(step, False, message, step.location, why)
         elif isinstance(step, ToolCallAssertion):
-            results.append(_evaluate_no_call(step, calls))
+            result = _evaluate_no_call(step, calls)
         elif isinstance(step, ReplyAssertion):
-            results.append(_evaluate_reply(step, trajectory))
-    if spec.strict:
-        results.append(_evaluate_strict(spec, calls, matched))
+            result = _evaluate_reply(step, trajectory)
+        elif isinstance(step, SubagentAssertion):
+            result = evaluate_subagent(step, trajectory)
+        elif isinstance(step, ParallelCallsAssertion):
+            result = evaluate_parallel(step, trajectory)
+        elif isinstance(step, EgressAssertion):
+            result = evaluate_egress(step, context.witness)
+        elif isinstance(step, SecretLeakAssertion):
+            result = evaluate_secret(step, context.witness)
+        elif isinstance(step, BudgetAssertion):
+            result = evaluate_budget(step, trajectory, context.pricing)
+        elif isinstance(step, CachePrefixAssertion):
+            result = evaluate_cache_prefix(step, trajectory)
+        elif isinstance(step, ScopeStep):
+            results.extend(_evaluate_scope(step, trajectory, context, scope))
+        if result is not None:
+            results.append(replace(result, scope=scope) if scope else result)
+    return results, matched
+
+
+def _evaluate_scope(
+    step: ScopeStep, trajectory: Trajectory, context: _Context, outer: str
+) -> list[AssertionResult]:
+    resolution = resolve_scope(step.scope, trajectory, context.prompts)
+    problem = resolution.problem
+    message = f"{step.source}: {resolution.summary}" if problem is None else (
+        f"{step.source}: {problem}" + (f"\n  {resolution.summary}" if resolution.summary else ""))
+    why = () if problem is None else (Mismatch("scope", expected=step.source, actual=problem),)
+    head = AssertionResult(step, problem is None and bool(resolution.scopes), message, step.location, why,
+                           scope=outer)
+    results = [head]
+    for scope in resolution.scopes:
+        label = f"in {scope.label}" if not outer else f"{outer} › {scope.label}"
+        inner, _ = _evaluate_steps(step.steps, scope.trajectory, context, label)
+        results.extend(inner)
     return results
 
 
@@ -156,12 +163,7 @@ def describe_assertion(step: ToolCallAssertion) -> str:
     """The assertion in prose: ``create_booking where flight.id equals KQ311 and seat exists``."""
     if not step.clauses:
         return step.tool
-    return f"{step.tool} where " + " and ".join(_describe_clause(c) for c in step.clauses)
-
-
-def _describe_clause(clause: Clause) -> str:
-    text = f"{clause.path} {clause.matcher.value}"
-    return text if clause.value is None else f"{text} {clause.value}"
+    return f"{step.tool} where " + " and ".join(describe_clause(c) for c in step.clauses)
 
 
 def _call_ref(pos: int, calls: Sequence[ToolCall]) -> str:
@@ -229,7 +231,7 @@ def _failures(step: ToolCallAssertion, call: ToolCall) -> int:
 
 def _clause_lines(step: ToolCallAssertion, call: ToolCall) -> list[str]:
     if not call.is_json:
-        raw = _quote(_excerpt(call.arguments_raw))
+        raw = quote(excerpt(call.arguments_raw))
         return [f"  its arguments were not valid JSON, so no where clause can match: {raw}"]
     return [f"  {chk.detail}" for c in step.clauses if not (chk := check_clause(c, call)).passed]
 
@@ -281,11 +283,11 @@ def _evaluate_no_call(step: ToolCallAssertion, calls: Sequence[ToolCall]) -> Ass
         for i in offending
     )
     for i in offending:
-        args = _excerpt(calls[i].arguments_raw)
+        args = excerpt(calls[i].arguments_raw)
         if step.clauses and not calls[i].is_json:
             lines.append(
                 f"  but {_named_ref(i, calls)} was made with arguments that are not valid JSON,"
-                f" so the where clauses cannot rule it out: {_quote(args)}"
+                f" so the where clauses cannot rule it out: {quote(args)}"
             )
         else:
             lines.append(f"  but {_named_ref(i, calls)} was made with {_args_text(calls[i])}")
@@ -296,7 +298,7 @@ def _evaluate_no_call(step: ToolCallAssertion, calls: Sequence[ToolCall]) -> Ass
 
 
 def _evaluate_reply(step: ReplyAssertion, trajectory: Trajectory) -> AssertionResult:
-    expected = f"expected the reply to contain {_quote(step.text)}"
+    expected = f"expected the reply to contain {quote(step.text)}"
     reply = trajectory.reply
     if reply is None:
         reason = trajectory.reply_absent_reason or "no final assistant message"
@@ -305,8 +307,8 @@ def _evaluate_reply(step: ReplyAssertion, trajectory: Trajectory) -> AssertionRe
             step, False, message, step.location, (Mismatch("reply contains", expected=step.text),)
         )
     if step.text in reply:
-        return AssertionResult(step, True, f"the reply contains {_quote(step.text)}", step.location)
-    shown = "the reply is empty text" if reply == "" else f"the reply is {_quote(_excerpt(reply))}"
+        return AssertionResult(step, True, f"the reply contains {quote(step.text)}", step.location)
+    shown = "the reply is empty text" if reply == "" else f"the reply is {quote(excerpt(reply))}"
     why = (Mismatch("reply contains", expected=step.text, actual=reply),)
     return AssertionResult(step, False, f"{expected}\n  {shown}", step.location, why)
 
@@ -319,9 +321,10 @@ def _evaluate_strict(
 ) -> AssertionResult:
     taken = set(matched)
     unlisted = [i for i in range(len(calls)) if i not in taken]
+    location = spec.strict_location or spec.location
     if not unlisted:
         return AssertionResult(
-            None, True, "strict: every tool call is listed by an assert_tool_call", spec.location
+            None, True, "strict: every tool call is listed by an assert_tool_call", location
         )
     lines = ["strict: true forbids tool calls no assert_tool_call lists, but the agent made:"]
     for i in unlisted:
@@ -329,139 +332,13 @@ def _evaluate_strict(
     why = tuple(
         Mismatch("strict", actual=_arguments(calls[i]), tool=calls[i].name, call=i + 1) for i in unlisted
     )
-    return AssertionResult(None, False, "\n".join(lines), spec.location, why)
-
-
-# --- where clauses ----------------------------------------------------------------------------
-
-
-def check_clause(clause: Clause, call: ToolCall) -> ClauseCheck:
-    """Apply one where clause to a call's parsed arguments.
-
-    ``detail`` states what the call actually held at the path (for failures, in
-    words like ``flight.id is "KQ999", not "KQ311"``).
-    """
-    if not call.is_json:
-        return ClauseCheck(
-            clause,
-            False,
-            f"the arguments were not valid JSON: {_quote(_excerpt(call.arguments_raw))}",
-        )
-    found, actual = resolve_path(call.arguments, clause.segments)
-    path, matcher, value = clause.path, clause.matcher, clause.value
-    if matcher is Matcher.EXISTS:
-        if found:
-            return ClauseCheck(clause, True, f"{path} is {_show(actual)}", actual)
-        return ClauseCheck(clause, False, f"{path} is absent, expected it to exist")
-    if matcher is Matcher.ABSENT:
-        if not found:
-            return ClauseCheck(clause, True, f"{path} is absent")
-        return ClauseCheck(clause, False, f"{path} is {_show(actual)}, expected it to be absent", actual)
-    expected = value if value is not None else ""
-    if not found:
-        return ClauseCheck(
-            clause, False, f"{path} is absent, expected it to {_verb(matcher)} {_quote(expected)}"
-        )
-    if matcher is Matcher.EQUALS:
-        ok = _equals(actual, expected)
-        return ClauseCheck(clause, ok, f"{path} is {_show(actual)}, not {_quote(expected)}", actual)
-    if matcher is Matcher.CONTAINS:
-        ok = _contains(actual, expected)
-        if isinstance(actual, list):
-            detail = f"{path} is {_show(actual)}, which has no element equal to {_quote(expected)}"
-        elif isinstance(actual, dict):
-            detail = f"{path} is {_show(actual)}, which has no key {_quote(expected)}"
-        else:
-            detail = f"{path} is {_show(actual)}, which does not contain {_quote(expected)}"
-        return ClauseCheck(clause, ok, detail, actual)
-    # MATCHES: the pattern was validated when the spec was parsed; compile here only when a
-    # ${VAR} kept it from being compiled then, and report a bad one instead of raising.
-    pattern = clause.pattern
-    if pattern is None:
-        try:
-            pattern = compile_bounded(expected)
-        except ValueError as exc:
-            return ClauseCheck(clause, False, f"{path}: the pattern is invalid: {exc}", actual)
-    text = actual if isinstance(actual, str) else _json_text(actual)
-    try:
-        ok = pattern.search(text)
-    except PatternTimeout as exc:
-        # A hostile pattern must not hang the run: it fails here, naming the clause.
-        return ClauseCheck(
-            clause, False,
-            f"{clause.location}: `{path} matches` gave up: {exc} — the pattern backtracks "
-            "catastrophically (nested repeats such as (a+)+ or (a|aa)+); rewrite it",
-            actual,
-        )
-    return ClauseCheck(
-        clause, ok, f"{path} is {_show(actual)}, which does not match /{pattern.pattern}/", actual
-    )
-
-
-def _verb(matcher: Matcher) -> str:
-    return {Matcher.EQUALS: "equal", Matcher.CONTAINS: "contain", Matcher.MATCHES: "match"}.get(
-        matcher, matcher.value
-    )
-
-
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _equals(actual: Any, expected: str) -> bool:
-    if isinstance(actual, str):
-        return actual == expected
-    if _json_text(actual) == expected:
-        return True
-    if isinstance(actual, int | float) and not isinstance(actual, bool):
-        # JSON numbers compare by value: `equals 10.50` matches 10.5, `equals 1` matches 1.0.
-        number = _number(expected)
-        return number is not None and actual == number
-    if isinstance(actual, (list, dict)):
-        # A container written with spaces ([1, 2]) still means the same JSON.
-        try:
-            return bool(json.loads(expected) == actual)
-        except (ValueError, RecursionError):
-            return False
-    return False
-
-
-def _number(text: str) -> int | float | None:
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        return None
-    return value
-
-
-def _contains(actual: Any, expected: str) -> bool:
-    if isinstance(actual, str):
-        return expected in actual
-    if isinstance(actual, list):
-        return any(_equals(item, expected) for item in actual)
-    if isinstance(actual, dict):
-        return expected in actual
-    return expected in _json_text(actual)
+    return AssertionResult(None, False, "\n".join(lines), location, why)
 
 
 def _args_text(call: ToolCall) -> str:
     """A call's arguments as a message shows them: the raw text, cut; never a dangling blank."""
     if not call.arguments_raw.strip():
         return "no arguments"
-    return _excerpt(call.arguments_raw)
+    return excerpt(call.arguments_raw)
 
 
-def _show(value: Any) -> str:
-    return _excerpt(_json_text(value))
-
-
-def _quote(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _excerpt(text: str) -> str:
-    if len(text) <= _EXCERPT:
-        return text
-    return text[: _EXCERPT - 1] + "…"

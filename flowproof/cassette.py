@@ -20,7 +20,6 @@ True
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from flowproof import __version__
 from flowproof.commands import GENERIC_RECORD_COMMAND
 from flowproof.errors import CassetteError, CassetteNotFoundError, WireError
 from flowproof.files import UnreadableFileError, read_regular_file
@@ -213,16 +213,10 @@ def turn_to_json(t: RecordedTurn) -> dict[str, Any]:
     }
 
 
-@functools.cache
 def _generator() -> str:
-    try:
-        # Imported here: importlib.metadata costs ~50 ms of the ~600 ms `import flowproof`
-        # (python -X importtime, best of 5), and only a cassette write needs it.
-        from importlib.metadata import version
-
-        return f"flowproof {version('flowproof')}"
-    except Exception:  # noqa: BLE001 — metadata is cosmetic; a source checkout may lack it
-        return "flowproof"
+    # The package's own version, not the installed metadata's: metadata is looked up by
+    # distribution name, and "flowproof" on PyPI is another project (docs/install.md).
+    return f"flowproof {__version__}"
 
 
 # Lone surrogates other than U+DC80..U+DCFF: they escape no byte (a JSON "\ud83d" escape
@@ -539,14 +533,16 @@ def turn_views(turn: RecordedTurn) -> Turn:
         json.dumps(turn.request.body, **_COMPACT).encode("utf-8", "surrogatepass")
     )
     request = with_path_fields(request, codec.path_fields(url_path(turn.request.url)))
+    body = turn.request.body
     if not turn.abandoned:
-        return Turn(index=turn.index, request=request, response=_response_view(codec, turn.response))
+        return Turn(index=turn.index, request=request, response=_response_view(codec, turn.response),
+                    body=body)
     try:
         # What arrived of an abandoned call is shown when it reads; it is never judged.
         response = _response_view(codec, turn.response)
     except WireError:
         response = None
-    return Turn(index=turn.index, request=request, response=response, abandoned=True)
+    return Turn(index=turn.index, request=request, response=response, abandoned=True, body=body)
 
 
 def url_path(url: str) -> str:

@@ -24,12 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from flowproof.cassette import RecordedTurn, turn_from_json, turn_to_json
+from flowproof.witness import EgressHost, SecretLeak, Witness
 
 __all__ = [
     "ComparedEvent",
     "DivergenceEvent",
     "DoneEvent",
     "DriftEvent",
+    "EgressEvent",
     "ErrorEvent",
     "Event",
     "McpCallEvent",
@@ -37,11 +39,13 @@ __all__ = [
     "Listener",
     "ReadyEvent",
     "RequestStartedEvent",
+    "SecretLeakEvent",
     "TlsFailedEvent",
     "TurnEvent",
     "UnknownEvent",
     "parse_event",
     "parse_events",
+    "witness_of",
 ]
 
 #: Where a turn event's errors say the turn came from.
@@ -346,6 +350,36 @@ class McpRejectedEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class EgressEvent:
+    """The agent tried to reach a host (once per host and port, in every mode; docs/spec.md)."""
+
+    NAME: ClassVar[str] = "egress"
+    host: EgressHost
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, **self.host.to_json()}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> EgressEvent:
+        return cls(EgressHost.from_json(obj))
+
+
+@dataclass(frozen=True, slots=True)
+class SecretLeakEvent:
+    """A declared secret was in a request the agent sent: where it went, never its value."""
+
+    NAME: ClassVar[str] = "secret_leak"
+    leak: SecretLeak
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.NAME, **self.leak.to_json()}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> SecretLeakEvent:
+        return cls(SecretLeak.from_json(obj))
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownEvent:
     """An event this flowproof does not know (written by a newer addon): kept, never judged."""
 
@@ -368,6 +402,8 @@ Event = (
     | DoneEvent
     | McpCallEvent
     | McpRejectedEvent
+    | EgressEvent
+    | SecretLeakEvent
     | UnknownEvent
 )
 
@@ -385,6 +421,8 @@ _CLASSES: dict[str, Any] = {
         DoneEvent,
         McpCallEvent,
         McpRejectedEvent,
+        EgressEvent,
+        SecretLeakEvent,
     )
 }
 
@@ -405,3 +443,15 @@ def parse_event(obj: Mapping[str, Any]) -> Event:
 def parse_events(objs: Iterable[Mapping[str, Any]]) -> list[Event]:
     """`parse_event` of every line, in order."""
     return [parse_event(obj) for obj in objs]
+
+
+def witness_of(events: Iterable[Event]) -> Witness:
+    """What the proxy saw beyond model calls: every host reached (once each) and every leak."""
+    hosts: dict[str, EgressHost] = {}
+    leaks: list[SecretLeak] = []
+    for event in events:
+        if isinstance(event, EgressEvent):
+            hosts.setdefault(event.host.address, event.host)
+        elif isinstance(event, SecretLeakEvent):
+            leaks.append(event.leak)
+    return Witness(tuple(hosts.values()), tuple(leaks))

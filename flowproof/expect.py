@@ -19,10 +19,12 @@ from pathlib import Path
 
 from flowproof.assertions import AssertionResult, Mismatch, evaluate
 from flowproof.cassette import Cassette, turn_views
+from flowproof.errors import SpecError
 from flowproof.options import Route
 from flowproof.spec.clauses import parse_tool_line
 from flowproof.spec.types import (
     AgentSpec,
+    Clause,
     FlowSpec,
     Location,
     ReplyAssertion,
@@ -56,23 +58,40 @@ class TrajectoryAssertionError(AssertionError):
         return self.result.mismatches
 
 
+# `__tracebackhide__` (read by pytest, a plain local otherwise): a failing assertion in a test
+# shows the test's own line and the message, not these frames with their arguments' reprs
+# (a whole trajectory). A SpecError is raised afresh here for the same reason.
+
+
 def assert_tool_call(trajectory: Trajectory, line: str) -> AssertionResult:
     """Pass when some tool call matches ``line`` (``tool [where clause (and clause)*]``)."""
-    tool, clauses = parse_tool_line(line, _HERE)
+    __tracebackhide__ = True
+    tool, clauses = _parse(line, "assert_tool_call")
     step = ToolCallAssertion(tool, clauses, False, f"assert_tool_call: {line}", _HERE)
     return _check(step, trajectory)
 
 
 def assert_no_tool_call(trajectory: Trajectory, line: str) -> AssertionResult:
     """Pass when no tool call matches ``line`` (a bare tool name: it was never called)."""
-    tool, clauses = parse_tool_line(line, _HERE, keyword="assert_no_tool_call")
+    __tracebackhide__ = True
+    tool, clauses = _parse(line, "assert_no_tool_call")
     step = ToolCallAssertion(tool, clauses, True, f"assert_no_tool_call: {line}", _HERE)
     return _check(step, trajectory)
 
 
 def assert_reply(trajectory: Trajectory, contains: str) -> AssertionResult:
     """Pass when the agent replied and the reply contains ``contains``."""
+    __tracebackhide__ = True
     return _check(ReplyAssertion(contains, f"assert: reply contains {contains}", _HERE), trajectory)
+
+
+def _parse(line: str, keyword: str) -> tuple[str, tuple[Clause, ...]]:
+    __tracebackhide__ = True
+    try:
+        return parse_tool_line(line, _HERE, keyword=keyword)
+    except SpecError as e:
+        # The parser's own frames say nothing about the caller's line; the message says all.
+        raise e.with_traceback(None) from None
 
 
 def cassette_trajectory(cassette: Cassette) -> Trajectory:
@@ -81,6 +100,7 @@ def cassette_trajectory(cassette: Cassette) -> Trajectory:
 
 
 def _check(step: Step, trajectory: Trajectory) -> AssertionResult:
+    __tracebackhide__ = True
     (result,) = evaluate(_one_step_flow(step), trajectory)
     if not result.passed:
         raise TrajectoryAssertionError(result)

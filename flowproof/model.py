@@ -105,14 +105,35 @@ class RequestView:
 
 
 @dataclass(frozen=True, slots=True)
+class Usage:
+    """The tokens one model call used, as its provider reported them (`flowproof.wire.usage`).
+
+    ``input_tokens`` counts every input token, cache reads and writes included (the cache
+    counts are parts of it); ``output_tokens`` every output token, reasoning included.
+    """
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
 class ResponseView:
-    """What the model answered, provider-neutral, from a JSON body or a complete SSE stream."""
+    """What the model answered, provider-neutral, from a JSON body or a complete SSE stream.
+
+    ``usage`` is None when the response reported none (a stream without its usage chunk)."""
 
     text: str
     tool_calls: tuple[ToolCall, ...]
     finish_reason: FinishReason
     raw_finish_reason: str | None = None
     model: str | None = None
+    usage: Usage | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,3 +149,6 @@ class Turn:
     request: RequestView
     response: ResponseView | None
     abandoned: bool = False
+    #: The request body as recorded (parsed JSON, volatile spans as placeholders), for the rules
+    #: that read more than the view: conversations and the cache prefix. None when not given.
+    body: Any = field(default=None, compare=False, repr=False)

@@ -7,6 +7,10 @@ openai-agents) put per-run identifiers in their bodies; a spec declares
 ``volatile:`` rules (or names a preset below) and each matched span is replaced by
 ``«volatile:<name>»`` at record and replay alike. The run's working directory and
 HOME become ``«cwd»``/``«home»`` so a cassette recorded on a laptop replays in CI.
+A secret the spec names (``assert_no_secret_leak``) becomes its placeholder
+(``«secret:NAME»``) the same way, in request bodies before hashing and in
+recorded responses, and goes back into replayed responses: the cassette never
+holds it and replay still matches.
 
 Rule paths are dotted like spec paths; a digit indexes a list (or is a mapping
 key), and ``*`` means every element of a list or every value of a mapping.
@@ -21,6 +25,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from flowproof.errors import FlowproofError
 from flowproof.spec.patterns import MATCH_SECONDS, PatternTimeout, bound
@@ -93,6 +98,21 @@ PRESETS: dict[str, tuple[VolatileRule, ...]] = {
             "messages.*.content",
             rf"(?<=Today's date is ){_DATE}(?=\.)",
         ),
+        # A sub-agent's result (the Agent tool's tool_result) ends with "agentId: <17 hex> (use
+        # SendMessage with to: '<the same id>', …)" and "<usage>… duration_ms: <ms></usage>":
+        # a new agent id on every run, and the sub-agent's own wall time.
+        _rule(
+            "claude-code",
+            "agent_id",
+            "messages.*.content.*.content.*.text",
+            r"(?<=agentId: )[0-9a-f]+|(?<=to: ')[0-9a-f]+(?=')",
+        ),
+        _rule(
+            "claude-code",
+            "subagent_duration",
+            "messages.*.content.*.content.*.text",
+            r"(?<=duration_ms: )[0-9]+",
+        ),
     ),
     # codex-cli 0.171.0, `codex exec` with the built-in provider (the same comparison).
     "codex": (
@@ -159,6 +179,9 @@ class Normalizer:
         "_portable_re",
         "_restore_map",
         "_rules",
+        "_secret_bytes",
+        "_secret_restore",
+        "_secret_text",
     )
 
     def __init__(
@@ -166,6 +189,7 @@ class Normalizer:
         rules: Sequence[VolatileRule] = (),
         cwd: str | None = None,
         home: str | None = None,
+        secrets: Sequence[tuple[str, str]] = (),
     ) -> None:
         self._rules: tuple[tuple[tuple[str, ...], Callable[[Any], tuple[Any, bool]]], ...] = tuple(
             (rule.segments, _replacer(rule)) for rule in rules
@@ -199,11 +223,53 @@ class Normalizer:
             (tok.encode("utf-8"), json.dumps(p, ensure_ascii=False)[1:-1].encode("utf-8"))
             for p, tok in paths.items()
         )
+        # Secrets (value, placeholder), longest first so a secret holding another is masked whole:
+        # the forms a decoded string may hold it in, and the raw forms of JSON and URL bytes.
+        ordered_secrets = sorted({v: t for v, t in secrets if v}.items(), key=lambda vt: -len(vt[0]))
+        self._secret_text = tuple(
+            (form, token) for value, token in ordered_secrets for form in _text_forms(value)
+        )
+        self._secret_bytes = tuple(
+            (form.encode("utf-8", "surrogatepass"), token.encode("utf-8"))
+            for value, token in ordered_secrets
+            for form in dict.fromkeys((*_text_forms(value), json.dumps(value)[1:-1],
+                                       json.dumps(value, ensure_ascii=False)[1:-1]))
+        )
+        self._secret_restore = tuple(
+            (token.encode("utf-8"), json.dumps(value, ensure_ascii=False)[1:-1].encode("utf-8", "surrogatepass"))
+            for value, token in ordered_secrets
+        )
 
     @property
     def is_identity(self) -> bool:
         """True when nothing is declared: ``apply`` returns every body unchanged."""
-        return not self._rules and not self._paths
+        return not self._rules and not self._paths and not self._secret_text
+
+    def mask_text(self, text: str) -> str:
+        """``text`` (a URL, a message) with every declared secret replaced by its placeholder."""
+        for form, token in self._secret_text:
+            if form in text:
+                text = text.replace(form, token)
+        return text
+
+    def _mask_bytes(self, data: bytes) -> bytes:
+        for form, token in self._secret_bytes:
+            if form in data:
+                data = data.replace(form, token)
+        return data
+
+    def mask_raw(self, text: str) -> str:
+        """Raw JSON or SSE ``text`` with every declared secret masked, JSON-escaped forms included."""
+        if not self._secret_bytes:
+            return text
+        return self._mask_bytes(text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
+
+    def mask_data(self, value: Any) -> Any:
+        """Parsed JSON with every declared secret masked in its strings (keys included)."""
+        if not self._secret_text:
+            return value
+        masked, _ = _map_strings(value, self.mask_text)
+        return masked
 
     def apply(self, body: bytes) -> bytes:
         """The bytes to hash: volatile spans and portable paths replaced, or ``body`` unchanged.
@@ -213,18 +279,23 @@ class Normalizer:
         """
         if self.is_identity:
             return body
-        if not self._rules and not any(n in body for n in self._needles):
+        has_secret = any(form in body for form, _ in self._secret_bytes)
+        if not self._rules and not has_secret and not any(n in body for n in self._needles):
             return body
         try:
             obj = json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
-            return body
+            # Not JSON: nothing to normalize, but a secret must not reach the hash or the cassette.
+            return self._mask_bytes(body) if has_secret else body
         changed = False
         for segments, replace in self._rules:
             obj, hit = _apply_at(obj, segments, replace)
             changed = changed or hit
         if self._path_re is not None:
             obj, hit = _map_strings(obj, self._replace_paths)
+            changed = changed or hit
+        if has_secret:
+            obj, hit = _map_strings(obj, self.mask_text)
             changed = changed or hit
         if not changed:
             return body
@@ -234,8 +305,9 @@ class Normalizer:
         return compact.encode("utf-8", "surrogatepass")
 
     def restore(self, data: bytes) -> bytes:
-        """Put ``«cwd»``/``«home»`` back as this run's paths (for replayed response bytes)."""
-        for token, path in self._restore_map:
+        """Put ``«cwd»``/``«home»`` back as this run's paths, and each secret placeholder back as
+        this run's value (for replayed response bytes)."""
+        for token, path in (*self._restore_map, *self._secret_restore):
             if token in data:
                 data = data.replace(token, path)
         return data
@@ -247,6 +319,7 @@ class Normalizer:
         exactly what `apply` would in the decoded strings: escaped forms (``\\u00f6``,
         ``\\/``) too, and not a path that merely starts a longer name (``proj`` in ``proj2``).
         """
+        data = self._mask_bytes(data)
         pattern = self._portable_re
         if pattern is None or not any(n in data for n in self._needles):
             return data
@@ -270,6 +343,11 @@ class Normalizer:
     def _replace_paths(self, text: str) -> str:
         assert self._path_re is not None
         return self._path_re.sub(lambda m: self._paths[m.group(0)], text)
+
+
+def _text_forms(value: str) -> tuple[str, ...]:
+    """A secret as a decoded string may hold it: as is, percent-encoded, form-encoded."""
+    return tuple(dict.fromkeys((value, quote(value, safe=""), quote_plus(value))))
 
 
 # Where a cwd/home path ends: not inside a longer name (proj2, proj-old, proj.bak).

@@ -8,8 +8,9 @@ help):
 - the session request (`to_json` / `from_json`): what the runner sends the
   addon's control socket (``flowproof_control``, docs/runner.md). It carries
   *resolved* data — the spec's tool results, its volatile rules with their
-  presets expanded, its MCP answers, the agent's cwd and HOME, the compare
-  handler's name — so the addon never loads the YAML spec;
+  presets expanded, its MCP answers, the values of its ``assert_no_secret_leak``
+  steps, the agent's cwd and HOME, the compare handler's name — so the addon
+  never loads the YAML spec;
 - mitmproxy option values (`to_values` / `from_values`, and `set_args` for
   ``mitmdump --set``): what a person gives ``mitmdump -s addon/flowproof_addon.py``
   by hand. There ``flowproof_spec`` names the spec and the addon resolves it with
@@ -44,6 +45,7 @@ from flowproof.redact import masked_url
 from flowproof.spec.types import FlowSpec, Location, VolatileRule
 from flowproof.wire import normalize_host
 from flowproof.wire.providers import reverse_hosts
+from flowproof.witness import Secret, secret_placeholder
 
 __all__ = [
     "OPTIONS",
@@ -236,6 +238,8 @@ class ProxyOptions:
     volatile: tuple[VolatileRule, ...] = ()
     #: ``mcp:`` server name -> tool name -> the result flowproof answers with.
     mcp_answers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: The spec's declared secrets: scanned for in every request, masked wherever flowproof writes.
+    secrets: tuple[Secret, ...] = ()
     #: The ``mcp:`` servers the agent launches over stdio (``command:``): their stand-ins'
     #: relay requests are answered (docs/mcp.md, "MCP over stdio").
     mcp_stdio: tuple[str, ...] = ()
@@ -270,6 +274,14 @@ def expand_volatile(spec: FlowSpec) -> tuple[VolatileRule, ...]:
     return tuple(rules)
 
 
+def spec_secrets(spec: FlowSpec) -> tuple[Secret, ...]:
+    """The spec's ``assert_no_secret_leak`` values (resolved), each once, with its placeholder."""
+    secrets: dict[str, Secret] = {}
+    for number, step in enumerate(spec.secrets, start=1):
+        secrets.setdefault(step.value, Secret(step.label, step.value, secret_placeholder(step.label, number)))
+    return tuple(secrets.values())
+
+
 def with_spec(options: ProxyOptions, spec: FlowSpec, *, cwd: str, home: str | None) -> ProxyOptions:
     """``options`` with a resolved spec's data: tool results, volatile rules (presets
     expanded), MCP answers and stdio servers, its ``on_compare`` unless a handler is set, and for portable
@@ -285,6 +297,7 @@ def with_spec(options: ProxyOptions, spec: FlowSpec, *, cwd: str, home: str | No
         mcp_answers={
             server.name: {t.name: t.result for t in server.tools if t.has_result} for server in spec.mcp
         },
+        secrets=spec_secrets(spec),
         mcp_stdio=tuple(server.name for server in spec.mcp if server.command is not None),
         compare_handler=options.compare_handler or spec.on_compare or "",
         cwd=options.cwd or agent_cwd,
@@ -536,6 +549,7 @@ def to_json(options: ProxyOptions) -> dict[str, Any]:
         tool_results=dict(options.tool_results),
         volatile=[_rule_json(r) for r in options.volatile],
         mcp_answers={name: dict(answers) for name, answers in options.mcp_answers.items()},
+        secrets=[{"label": s.label, "value": s.value, "placeholder": s.placeholder} for s in options.secrets],
         mcp_stdio=list(options.mcp_stdio),
         listeners=list(options.listeners),
     )
@@ -552,13 +566,15 @@ def from_json(obj: object) -> ProxyOptions:
         volatile = tuple(_rule_from_json(r) for r in obj.get("volatile") or ())
         tool_results = dict(obj.get("tool_results") or {})
         mcp_answers = {str(k): dict(v) for k, v in (obj.get("mcp_answers") or {}).items()}
+        secrets = tuple(Secret(str(d["label"]), str(d["value"]), str(d["placeholder"]))
+                        for d in obj.get("secrets") or ())
         mcp_stdio = _strings(obj.get("mcp_stdio", []))
     except (KeyError, TypeError, ValueError, re.error) as e:
         raise ValueError(f"a session's resolved options are malformed ({type(e).__name__}: {e})") from None
     if not listeners:
         raise ValueError("a session needs at least one listener")
     return replace(options, listeners=listeners, volatile=volatile, tool_results=tool_results,
-                   mcp_answers=mcp_answers, mcp_stdio=mcp_stdio)
+                   mcp_answers=mcp_answers, secrets=secrets, mcp_stdio=mcp_stdio)
 
 
 # ------------------------------------------------------------------ settings from the environment

@@ -83,6 +83,7 @@ def conversation_json(trajectory: Trajectory, mcp_calls: Sequence[McpCall] = ())
             item = _turn_json(turn, seen_results, last_prompt)
             last_prompt = turn.request.prompt or last_prompt
             item["mcp_calls"] = after.get(turn.index, [])
+            item["agent"] = trajectory.agents.label_of(turn.index)
             turns.append(item)
         threads.append(
             {
@@ -94,6 +95,7 @@ def conversation_json(trajectory: Trajectory, mcp_calls: Sequence[McpCall] = ())
         )
     return {
         "threads": threads,
+        "subagents": [s.to_json() for s in trajectory.agents.subagents],
         "mcp_calls_before": after.get(-1, []),
         "abandoned": [_turn_json(t, set(), "") for t in trajectory.abandoned],
         "reply": trajectory.reply,
@@ -232,6 +234,7 @@ def _flow(number: int, flow: Mapping[str, Any]) -> str:
         parts.append(f'<p class="next">{_text(flow["next"])}</p>')
     parts.append(_steps(flow.get("steps") or ()))
     parts.append(_guards(flow.get("guards") or ()))
+    parts.append(_witness(flow))
     parts.append(_conversation(flow.get("conversation"), bad, flow.get("guards") or ()))
     later = [f for f in flow.get("findings") or () if f not in bad and f.get("kind") != "assertion"]
     if later:
@@ -388,7 +391,7 @@ def _conversation(
         return ""
     bad_turn = bad[0].get("turn") if bad else None
     guarded = {str(g.get("tool")): g for g in guards}
-    parts = ["<h3>conversation</h3>"]
+    parts = [_agent_tree(conversation.get("subagents") or ()), "<h3>conversation</h3>"]
     parts.extend(_mcp_call(c) for c in conversation.get("mcp_calls_before") or ())
     threads = conversation.get("threads") or ()
     for thread in threads:
@@ -430,8 +433,54 @@ def _conversation(
     return "\n".join(parts)
 
 
+def _agent_tree(subagents: Sequence[Mapping[str, Any]]) -> str:
+    """The agent the flow started and its sub-agents, each under the agent that spawned it."""
+    if not subagents:
+        return ""
+
+    def children(parent: Any) -> str:
+        items = [
+            f'<li><a href="#turn-{_text(s.get("spawn_turn"))}">{_text(s.get("text", ""))}</a>'
+            f"{children(s.get('number'))}</li>"
+            for s in subagents
+            if s.get("parent") == parent
+        ]
+        return f"<ul>{''.join(items)}</ul>" if items else ""
+
+    return f'<h3>agents</h3><ul class="agents"><li>the agent{children(None)}</li></ul>'
+
+
+def _witness(flow: Mapping[str, Any]) -> str:
+    """The hosts the agent reached, where a declared secret went, and the mocks never fired."""
+    hosts = [
+        (f"{h.get('host')}:{h.get('port')} ({h.get('role')}, {h.get('via')})",
+         "ok" if h.get("role") in ("model", "mcp") else "other")
+        for h in flow.get("egress") or ()
+    ]
+    leaks = [
+        (f"{leak.get('label')} → {leak.get('host')}: {leak.get('method')} {leak.get('url')} "
+         f"({leak.get('where')} {leak.get('path')})", "")
+        for leak in flow.get("secret_leaks") or ()
+    ]
+    mocks = [(str(m.get("text")), "") for m in flow.get("unused_mocks") or ()]
+    return "\n".join(
+        _items(title, css, items)
+        for title, css, items in (("hosts contacted", "hosts", hosts), ("secret leaks", "leaks", leaks),
+                                  ("mocks that never fired", "mocks", mocks))
+        if items
+    )
+
+
+def _items(title: str, css: str, items: Sequence[tuple[str, str]]) -> str:
+    lines = "".join(f'<li class="{cls}">{_text(text)}</li>' if cls else f"<li>{_text(text)}</li>"
+                    for text, cls in items)
+    return f'<h3>{_text(title)}</h3><ul class="{css}">{lines}</ul>'
+
+
 def _turn(turn: Mapping[str, Any], bad: bool, guarded: Mapping[str, Mapping[str, Any]]) -> str:
     head = f"turn {turn.get('index')} · {turn.get('provider', '')} · {turn.get('model') or '?'}"
+    if turn.get("agent"):
+        head += f" · sub-agent {turn['agent']}"
     parts = [
         f'<div class="turn{" badturn" if bad else ""}" id="turn-{_text(turn.get("index"))}"><p class="turnhead">{_text(head)}</p>'
     ]
@@ -567,7 +616,8 @@ pre{margin:0;white-space:pre-wrap;word-break:break-word;font:12.5px/1.4 ui-monos
 table{border-collapse:collapse;width:100%;margin:6px 0}th,td{border:1px solid var(--line);padding:4px 8px;text-align:left;vertical-align:top}
 th{background:var(--bg);font-weight:600}
 .verdict{font-weight:600}.ok .mark,.mark.ok,.verdict.ok{color:var(--ok)}.mark.bad,.verdict.bad{color:var(--bad)}
-tr.bad td:first-child,li.bad{color:var(--bad)}
+tr.bad td:first-child,li.bad{color:var(--bad)}.hosts li.other{font-weight:600}
+.agents ul{margin:0;padding-left:1.4em}
 .path{font-family:ui-monospace,monospace;font-size:12.5px;color:var(--muted)}
 .flow{border:1px solid var(--line);border-left:6px solid var(--ok);border-radius:6px;padding:12px 16px;margin:18px 0}
 .flow.bad{border-left-color:var(--bad)}

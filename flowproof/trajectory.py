@@ -19,6 +19,12 @@ MCP, the ``tools/call`` is the call: the model's request for it is only an
 attempt (``attempts``), since the agent's own code may still refuse it. The MCP
 calls are placed after the model turn that preceded them.
 
+Threads are agents (docs/subagents.md): besides the reply rule's threads, a
+trajectory knows its conversations (which request continues which,
+`flowproof.conversations`) and its agent tree (`flowproof.subagents`): the
+sub-agents its spawn calls started, each with its own thread. The reply rule
+is unchanged by them.
+
 Pure: no I/O, no provider branching; it reads only `flowproof.model` values.
 """
 
@@ -27,8 +33,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
+from flowproof.conversations import Conversations, group_conversations
 from flowproof.mcp import McpCall, mcp_tool_of
 from flowproof.model import FinishReason, RequestView, ToolCall, Turn
+from flowproof.subagents import AgentTree, build_agents
 
 __all__ = [
     "MCP",
@@ -38,6 +46,7 @@ __all__ = [
     "Trajectory",
     "boundary_of",
     "build_trajectory",
+    "narrow",
     "thread_key",
 ]
 
@@ -104,6 +113,13 @@ class Trajectory:
     requested: tuple[ToolCall, ...] = ()
     attempts: tuple[ToolCall, ...] = ()
     mcp_tools: frozenset[str] = frozenset()
+    #: Which request continues which (the cache-prefix rule and sub-agent threads read it).
+    conversations: Conversations = Conversations((), {}, {})
+    #: The sub-agents and the agent each turn belongs to.
+    agents: AgentTree = AgentTree((), {})
+    #: For each of ``tool_calls``, the turn it belongs to: the model turn that asked for it, or
+    #: for an MCP call the model turn that preceded it (None: before any model call).
+    call_turns: tuple[int | None, ...] = ()
 
     @property
     def reply_absent(self) -> bool:
@@ -136,15 +152,24 @@ def build_trajectory(
     servers = frozenset(mcp_servers) | {c.server for c in mcp_calls}
     requested: list[ToolCall] = []
     tool_calls: list[ToolCall] = []
+    call_turns: list[int | None] = []
     pending = sorted(mcp_calls, key=lambda c: c.after_turns)  # stable: crossing order kept
+
+    def place(calls: list[McpCall], before: int | None) -> None:
+        tool_calls.extend(_boundary_call(c) for c in calls)
+        call_turns.extend(before for _ in calls)
+
     for done, turn in enumerate(ordered):
-        tool_calls.extend(_boundary_call(c) for c in pending if c.after_turns == done)
+        place([c for c in pending if c.after_turns == done], ordered[done - 1].index if done else None)
         if turn.response is not None:
             asked = [_as_mcp(c, servers, over_mcp) for c in turn.response.tool_calls]
             requested.extend(asked)
-            tool_calls.extend(c for c in asked if c.name not in over_mcp)
-    tool_calls.extend(_boundary_call(c) for c in pending if c.after_turns >= len(ordered))
+            own = [c for c in asked if c.name not in over_mcp]
+            tool_calls.extend(own)
+            call_turns.extend(turn.index for _ in own)
+    place([c for c in pending if c.after_turns >= len(ordered)], ordered[-1].index if ordered else None)
     reply, reason = _reply_of(main)
+    conversations = group_conversations(ordered)
     return Trajectory(
         turns=ordered,
         threads=threads,
@@ -156,6 +181,56 @@ def build_trajectory(
         requested=tuple(requested),
         attempts=tuple(c for c in requested if c.name in over_mcp),
         mcp_tools=over_mcp,
+        conversations=conversations,
+        agents=build_agents(ordered, conversations),
+        call_turns=tuple(call_turns),
+    )
+
+
+def narrow(
+    trajectory: Trajectory, indexes: Collection[int], *, reply_thread: Sequence[Turn] | None = None
+) -> Trajectory:
+    """The part of ``trajectory`` made of the turns in ``indexes`` (an ``in:`` scope): their tool
+    calls (an MCP call goes with the model turn before it), their threads and conversations,
+    and the sub-agents spawned in them. The reply is the last turn of ``reply_thread`` when
+    given (a sub-agent's final answer), else the reply rule applied to the scope's turns."""
+    keep = set(indexes)
+    turns = tuple(t for t in trajectory.turns if t.index in keep)
+    pairs = [(c, i) for c, i in zip(trajectory.tool_calls, trajectory.call_turns, strict=True) if i in keep]
+    # `requested` holds each turn's calls in turn order (named as MCP tools where they are).
+    requested_list: list[ToolCall] = []
+    position = 0
+    for turn in trajectory.turns:
+        count = len(turn.response.tool_calls) if turn.response is not None else 0
+        if turn.index in keep:
+            requested_list.extend(trajectory.requested[position : position + count])
+        position += count
+    requested = tuple(requested_list)
+    threads = _group_threads(turns)
+    if reply_thread is not None:
+        ordered = tuple(sorted(reply_thread, key=lambda t: t.index))
+        own = Thread("", ordered, sum(t.request.text_size for t in ordered)) if ordered else None
+        reply, reason = _reply_of(own)
+    else:
+        reply, reason = _reply_of(_pick_main(threads))
+    conversations = group_conversations(turns)
+    agents = AgentTree(
+        tuple(s for s in trajectory.agents.subagents if s.spawn_turn in keep),
+        {i: a for i, a in trajectory.agents.agent_of.items() if i in keep},
+    )
+    return Trajectory(
+        turns=turns,
+        threads=threads,
+        main=_pick_main(threads),
+        tool_calls=tuple(c for c, _ in pairs),
+        reply=reply,
+        reply_absent_reason=reason,
+        requested=requested,
+        attempts=tuple(c for c in requested if c.name in trajectory.mcp_tools),
+        mcp_tools=trajectory.mcp_tools,
+        conversations=conversations,
+        agents=agents,
+        call_turns=tuple(i for _, i in pairs),
     )
 
 

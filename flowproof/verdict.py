@@ -8,10 +8,11 @@ The one owner of the ladder that decides how a flow run ends (docs/runner.md):
    unchecked);
 4. recorded calls never made (replay) → 3; compare: without a handler any unequal
    result (changed, extra, missing) → 4, with one any result it rejected → 4;
-5. a failed step → 1; else 0.
+5. a step the spec cannot support (a model the run called has no price) → 2;
+6. a failed step → 1; else 0.
 
 What happens to a staged recording follows from it (`Verdict.recording`):
-it is rejected on 1-5 and kept on a pass. The steps are evaluated only when
+it is rejected on 1-6 and kept on a pass. The steps are evaluated only when
 the ladder reaches them (``steps`` is called then), exactly as a run that
 diverged reports no steps.
 
@@ -33,6 +34,7 @@ from flowproof.errors import (
     EXIT_DIVERGENCE,
     EXIT_DRIFT,
     EXIT_OK,
+    EXIT_USAGE,
     FlowproofError,
 )
 from flowproof.events import (
@@ -89,6 +91,10 @@ class StepResult:
     location: str | None
     source: str
     mismatches: tuple[Mismatch, ...] = ()
+    #: The ``in:`` scope the step was checked in ("" for the whole run).
+    scope: str = ""
+    #: The failure is the spec's (exit 2), not the agent's.
+    spec_error: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,10 +267,11 @@ def decide_exit(
     # With a handler it decides (a rejection is a drift text); without one, any unequal result.
     if drifts or (not handler and any(not r.equal for r in compared)):
         return _replace(result, exit_code=EXIT_DRIFT)
+    fate: RecordingFate = "reject" if mode == Mode.RECORD else "none"
+    if any(s.spec_error and not s.passed for s in checked):
+        return _replace(result, exit_code=EXIT_USAGE, recording=fate)
     if not all(s.passed for s in checked):
-        return _replace(
-            result, exit_code=EXIT_ASSERTION, recording="reject" if mode == Mode.RECORD else "none"
-        )
+        return _replace(result, exit_code=EXIT_ASSERTION, recording=fate)
     return _replace(result, recording="keep" if mode == Mode.RECORD else "none")
 
 

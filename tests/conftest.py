@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
+from tests.cassette_schema import cassette_problems
+
 
 @pytest.fixture(autouse=True)
 def _structlog_defaults() -> Iterator[None]:
@@ -15,3 +17,17 @@ def _structlog_defaults() -> Iterator[None]:
     lines a later test captures."""
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _every_cassette_matches_the_shipped_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """At the end of the session, every cassette the tests left in their temporary folders
+    (recorded through the real addon by tests/e2e, written by the runner, or by a test) that
+    flowproof reads must match flowproof/schemas/cassette.schema.json: the schema users
+    validate against can never refuse a cassette flowproof wrote or reads."""
+    yield
+    _checked, problems = cassette_problems(tmp_path_factory.getbasetemp().rglob("*.json"))
+    if problems:
+        pytest.fail("cassettes that flowproof reads but its cassette schema refuses (update "
+                    "flowproof/schemas/cassette.schema.json with the format):\n" + "\n".join(problems[:20]),
+                    pytrace=False)

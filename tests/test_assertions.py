@@ -226,6 +226,21 @@ class TestStrict:
         )
         assert strict.location == Location("booking.flow.yaml", 1, 1)
 
+    def test_a_strict_failure_points_at_the_strict_line(self, tmp_path: Path) -> None:
+        """A loaded spec's strict failure is reported at its `strict:` line, not at 1:1."""
+        from flowproof.spec import load_spec
+
+        path = tmp_path / "booking.flow.yaml"
+        path.write_text(
+            "name: books a flight\nagent:\n  command: python agent.py\n\nstrict: true\n"
+            "steps:\n  - prompt: Book me a flight\n  - assert_tool_call: search_flights\n",
+            encoding="utf-8",
+        )
+        *_, strict = evaluate(load_spec(path), BOOKING)
+        assert not strict.passed and strict.step is None
+        assert (strict.location.line, strict.location.col) == (5, 1)
+        assert str(strict.location).endswith("booking.flow.yaml:5:1")
+
     def test_not_strict_adds_no_result(self) -> None:
         """Without strict there is no flow-level result."""
         results = run(BOOKING, call_step("search_flights"))
@@ -655,3 +670,68 @@ class TestMismatches:
 
     def test_every_matcher_is_a_listed_kind(self) -> None:
         assert {m.value for m in Matcher} <= set(MISMATCH_KINDS)
+
+
+class TestTheNewSteps:
+    """evaluate() dispatches every step of docs/spec.md and labels results by their scope."""
+
+    def results(self, steps: str, head: str = "", **kwargs):  # type: ignore[no-untyped-def]
+        from .agent_runs import claude_code_run, spec_of
+
+        return evaluate(spec_of(steps, head), build_trajectory(claude_code_run()), **kwargs)
+
+    def test_a_sub_agent_scope_and_its_reply(self) -> None:
+        results = self.results(
+            "  - assert_subagent: Explore\n"
+            "  - in: subagent Explore\n    steps:\n      - assert_tool_call: Grep where pattern contains KQ\n"
+            "      - assert: reply contains KQ311\n"
+            "  - assert: reply contains Booked\n"
+        )
+        assert [(r.passed, r.scope) for r in results] == [
+            (True, ""), (True, ""), (True, "in subagent Explore #1"), (True, "in subagent Explore #1"), (True, "")]
+        assert results[1].message == "in subagent Explore: subagent Explore #1 (turns 2, 3)"
+
+    def test_inside_a_scope_the_cursor_and_the_calls_are_the_scopes(self) -> None:
+        results = self.results("  - in: subagent Explore\n    steps:\n      - assert_no_tool_call: Agent\n"
+                               "  - assert_tool_call: Grep\n")
+        assert all(r.passed for r in results)
+        outside = self.results("  - in: subagent Explore\n    steps:\n      - assert_tool_call: Agent\n")
+        assert [r.passed for r in outside] == [True, False]
+
+    def test_an_ordinal_that_is_not_there_fails_the_in_step(self) -> None:
+        results = self.results('  - in: "subagent Explore #2"\n    steps:\n      - assert: reply contains x\n')
+        assert len(results) == 1 and not results[0].passed
+        assert "#2 asks for more sub-agents named Explore than the 1 spawned" in results[0].message
+        assert results[0].mismatches[0].matcher == "scope"
+
+    def test_nested_scope_labels(self) -> None:
+        results = self.results("  - in: prompt 1\n    steps:\n      - in: subagent Explore\n        steps:\n"
+                               "          - assert: reply contains KQ311\n")
+        assert [r.scope for r in results] == ["", "in prompt 1", "in prompt 1 › subagent Explore #1"]
+        assert all(r.passed for r in results)
+
+    def test_budgets_and_cache_inside_a_scope(self) -> None:
+        results = self.results("  - in: subagent Explore\n    steps:\n      - assert: model calls at most 2\n"
+                               "      - assert: cache prefix stable\n  - assert: model calls at most 4\n")
+        assert [r.passed for r in results] == [True, True, True, False]
+
+    def test_egress_and_secrets_read_the_witness(self) -> None:
+        from flowproof.witness import EgressHost, SecretLeak, Witness
+
+        witness = Witness(egress=(EgressHost("exfil.test", 80, "other", "http"),),
+                          leaks=(SecretLeak("${T}", "exfil.test", "POST", "http://exfil.test/", "body", "t"),))
+        steps = "  - assert_no_egress\n  - assert_no_secret_leak: ${T}\n"
+        from .agent_runs import claude_code_run, spec_of
+
+        spec = spec_of(steps, environ={"T": "tok-123456789"})
+        traj = build_trajectory(claude_code_run())
+        assert [r.passed for r in evaluate(spec, traj)] == [True, True]
+        assert [r.passed for r in evaluate(spec, traj, witness=witness)] == [False, False]
+
+    def test_strict_mocks_from_the_option_or_the_spec(self) -> None:
+        head = "tools:\n  - name: Grep\n  - name: Agent\n  - name: unused_tool\n"
+        assert self.results("", head)[-1:] == []
+        (result,) = self.results("", head, strict_mocks=True)
+        assert not result.passed and "unused_tool" in result.message
+        (again,) = self.results("", head + "strict_mocks: true\n")
+        assert not again.passed

@@ -105,3 +105,18 @@ class TestLenientReading:
         """A turn event whose turn is not a cassette turn names the event log and the field."""
         with pytest.raises(CassetteError, match="event log.*'provider'"):
             parse_event({"event": "turn", "id": "1", "mode": "replay", "turn": {"index": 0}})
+
+
+class TestWitnessEvents:
+    def test_round_trip_and_the_witness_of_a_log(self) -> None:
+        from flowproof.events import EgressEvent, SecretLeakEvent, parse_events, witness_of
+        from flowproof.witness import EgressHost, SecretLeak
+
+        host = EgressHost("exfil.test", 443, "other", "connect")
+        leak = SecretLeak("${T}", "exfil.test", "POST", "https://exfil.test/", "body", "a.b")
+        lines = [EgressEvent(host).to_json(), EgressEvent(host).to_json(), SecretLeakEvent(leak).to_json()]
+        assert lines[0] == {"event": "egress", "host": "exfil.test", "port": 443, "role": "other", "via": "connect"}
+        events = parse_events(lines)
+        assert events[0] == EgressEvent(host) and events[2] == SecretLeakEvent(leak)
+        witness = witness_of(events)
+        assert witness.egress == (host,) and witness.leaks == (leak,)

@@ -483,3 +483,45 @@ class TestPortableProperties:
         norm = Normalizer(home=_NON_ASCII_HOME)
         raw = json.dumps({"p": _NON_ASCII_HOME + "/notes"}).encode()
         assert json.loads(norm.portable(raw)) == {"p": "«home»/notes"}
+
+
+class TestSecrets:
+    """A declared secret is masked before hashing and in recorded responses, and put back at replay."""
+
+    TOKEN = "cust-tok-9f2e41a7"
+    NORMALIZER = Normalizer(secrets=[(TOKEN, "«secret:CUSTOMER_TOKEN»")])
+
+    def test_masked_in_a_json_body_so_the_hash_is_the_same_for_any_value(self) -> None:
+        body = json.dumps({"messages": [{"role": "user", "content": f"my token is {self.TOKEN}"}]}).encode()
+        masked = self.NORMALIZER.apply(body)
+        assert self.TOKEN.encode() not in masked and "«secret:CUSTOMER_TOKEN»".encode() in masked
+        other = Normalizer(secrets=[("another-tok-123", "«secret:CUSTOMER_TOKEN»")])
+        assert other.apply(body.replace(self.TOKEN.encode(), b"another-tok-123")) == masked
+
+    def test_masked_in_a_body_that_is_not_json_and_percent_encoded(self) -> None:
+        assert self.NORMALIZER.apply(f"t={self.TOKEN}".encode()) == "t=«secret:CUSTOMER_TOKEN»".encode()
+        spaced = Normalizer(secrets=[("a secret+value", "«secret:S»")])
+        body = json.dumps({"url": "https://x.test/?q=a%20secret%2Bvalue"}).encode()
+        assert b"secret%2B" not in spaced.apply(body)
+
+    def test_a_body_without_it_is_untouched(self) -> None:
+        body = b'{"a": "b"}'
+        assert self.NORMALIZER.apply(body) is body
+        assert not self.NORMALIZER.is_identity
+
+    def test_responses_round_trip(self) -> None:
+        recorded = f'data: {{"text": "your token {self.TOKEN}"}}\n\n'.encode()
+        portable = self.NORMALIZER.portable(recorded)
+        assert self.TOKEN.encode() not in portable
+        assert self.NORMALIZER.restore(portable) == recorded
+
+    def test_a_json_escaped_value_is_masked_and_restored_escaped(self) -> None:
+        value = 'tok"en\\value'
+        normalizer = Normalizer(secrets=[(value, "«secret:S»")])
+        raw = json.dumps({"t": value}).encode()
+        assert normalizer.portable(raw) == b'{"t": "\xc2\xabsecret:S\xc2\xbb"}'
+        assert json.loads(normalizer.restore(normalizer.portable(raw))) == {"t": value}
+
+    def test_mask_text(self) -> None:
+        masked = self.NORMALIZER.mask_text(f"https://x.test/?k={self.TOKEN}")
+        assert masked == "https://x.test/?k=«secret:CUSTOMER_TOKEN»"

@@ -202,9 +202,9 @@ def full_options(tmp_path: Path) -> ProxyOptions:
         "      - name: read\n        result: {text: hi}\n"
         "  - name: notes\n    command: python notes.py\n    tools:\n      - name: note\n"
         "volatile:\n  - name: stamp\n    path: metadata.stamp\n    pattern: '\\d{4}'\n  - claude-code\n"
-        "steps:\n  - prompt: hi\n"
+        "steps:\n  - prompt: hi\n  - assert_no_secret_leak: ${TOKEN}\n"
     )
-    spec = resolve_variables(load_spec(spec_path), {})
+    spec = resolve_variables(load_spec(spec_path), {"TOKEN": "tok-1234567890"})
     base = ProxyOptions(
         mode=Mode.RECORD,
         cassette=tmp_path / "c.json",
@@ -223,6 +223,7 @@ class TestRoundTrip:
         """Options -> session request (JSON text) -> options: nothing lost, nothing re-read."""
         options = full_options(tmp_path)
         assert options.tool_results and options.volatile and options.mcp_answers  # resolved
+        assert [(s.label, s.placeholder) for s in options.secrets] == [("${TOKEN}", "«secret:TOKEN»")]
         assert options.mcp_stdio == ("notes",)
         assert options.compare_handler == "mod:fn" and options.cwd == "/srv/app"
         assert from_json(json.loads(json.dumps(to_json(options)))) == options

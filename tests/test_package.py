@@ -40,6 +40,8 @@ PURE_CORE = (
     "flowproof.mcp.refused",
     "flowproof.guard",
     "flowproof.report_html",
+    "flowproof.scaffold",
+    "flowproof.doctor",
 )
 
 

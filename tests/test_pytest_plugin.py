@@ -200,3 +200,53 @@ class TestOwnSuite:
         assert list((ROOT / "tests").rglob("*.flow.yaml")) == []
 
 
+
+
+ASSERTING_TEST = '''
+import flowproof
+
+TRAJECTORY = flowproof.cassette_trajectory(flowproof.load_cassette({cassette!r}))
+
+
+def test_wrong_flight():
+    flowproof.assert_tool_call(TRAJECTORY, "create_booking where flight.id equals KQ999")
+
+
+def test_refund_called():
+    flowproof.assert_no_tool_call(TRAJECTORY, "create_booking")
+
+
+def test_reply():
+    flowproof.assert_reply(TRAJECTORY, "cancelled")
+
+
+def test_bad_line():
+    flowproof.assert_tool_call(TRAJECTORY, "create_booking where flight.id matches [")
+'''
+
+
+class TestAssertionHelpersInATest:
+    def test_a_failure_shows_the_test_line_and_the_message_only(self, pytester: pytest.Pytester) -> None:
+        """A failing flowproof.assert_* in a test reads as a plain assert does: the test's own
+        line, then the spec's message — no frame of flowproof's, no repr of the trajectory
+        (`__tracebackhide__`); a line the spec language cannot parse likewise."""
+        pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+        pytester.makepyfile(test_asserts=ASSERTING_TEST.format(
+            cassette=str(ROOT / "example_specs" / "booking.cassette.json")))
+        res = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        res.assert_outcomes(failed=4)
+        out = res.stdout.str()
+        for line in ('>       flowproof.assert_tool_call(TRAJECTORY, "create_booking where flight.id equals KQ999")',
+                     '>       flowproof.assert_no_tool_call(TRAJECTORY, "create_booking")',
+                     '>       flowproof.assert_reply(TRAJECTORY, "cancelled")'):
+            assert line in out
+        assert ("E       flowproof.expect.TrajectoryAssertionError: "
+                "expected create_booking where flight.id equals KQ999") in out
+        assert 'E         flight.id is "KQ311", not "KQ999"' in out
+        assert "E       flowproof.errors.SpecError: <python>:1:40: bad regular expression" in out
+        # Nothing of flowproof's own: its files, its frames' arguments (a whole trajectory).
+        assert "flowproof/expect.py" not in out and "flowproof/spec/clauses.py" not in out
+        assert "trajectory = Trajectory(" not in out and "step = ToolCallAssertion(" not in out
+        # Each failure is its test's line and the message: four short sections.
+        sections = out.split(" FAILURES ")[1].split("short test summary")[0]
+        assert len(sections.splitlines()) < 40, sections

@@ -383,3 +383,23 @@ class TestUntrustedText:
         """The checks above can fail: unescaped, the same payload is a script and an image."""
         parsed = Elements(f"<p>{HOSTILE}</p>")
         assert {"script", "img"} <= parsed.names()
+
+
+def test_the_page_draws_the_agent_tree_and_the_hosts() -> None:
+    from flowproof.report_html import conversation_json, render_html
+    from flowproof.trajectory import build_trajectory
+
+    from .agent_runs import claude_code_run
+
+    conversation = conversation_json(build_trajectory(claude_code_run()))
+    assert [s["label"] for s in conversation["subagents"]] == ["Explore #1"]
+    turns = {t["index"]: t["agent"] for th in conversation["threads"] for t in th["turns"]}
+    assert turns == {0: None, 1: None, 2: "Explore #1", 3: "Explore #1", 4: None}
+    flow = {"name": "f", "passed": False, "conversation": conversation,
+            "egress": [{"host": "exfil.example.test", "port": 80, "role": "other", "via": "http"}],
+            "unused_mocks": [{"text": "search_hotels (tools:, f:1:1): no request carried its result"}]}
+    page = render_html({"flows": [flow], "passed": 0, "failed": 1, "exit_code": 1})
+    assert '<ul class="agents"><li>the agent<ul><li><a href="#turn-0">Explore #1 (claude-code)' in page
+    assert "turn 2 · anthropic · claude-x · sub-agent Explore #1" in page
+    assert '<li class="other">exfil.example.test:80 (other, http)</li>' in page
+    assert "mocks that never fired" in page

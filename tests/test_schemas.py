@@ -25,6 +25,7 @@ from flowproof.errors import SpecError
 from flowproof.normalize import PRESETS
 from flowproof.spec import loader
 from flowproof.spec.loader import parse_spec
+from flowproof.spec.steps import SCOPE_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = ROOT / "flowproof" / "schemas" / "flow-spec.schema.json"
@@ -137,6 +138,20 @@ BROKEN = {
     "tool line starting with where": BASE + "  - assert_tool_call: where x equals 1\n",
     "tool line with a misspelt where": BASE + "  - assert_tool_call: create_booking whre x equals 1\n",
     "step as bare text": BASE + "  - search_flights\n",
+    "bare word other than assert_no_egress": BASE + "  - assert_subagent\n",
+    "budget with no number": BASE + "  - assert: tokens at most\n",
+    "budget with an unknown bound": BASE + "  - assert: model calls below 3\n",
+    "cache assertion misspelt": BASE + "  - assert: cache prefix stabel\n",
+    "egress without except": BASE + "  - assert_no_egress: api.example.com\n",
+    "parallel with one call": BASE + "  - assert_parallel_tool_calls: [search_flights]\n",
+    "in without steps": BASE + "  - in: subagent Explore\n",
+    "in with an unknown scope": BASE + "  - in: agent Explore\n    steps:\n      - assert: reply contains x\n",
+    "in with prompt zero": BASE + "  - in: prompt 0\n    steps:\n      - assert: reply contains x\n",
+    "in with an extra key": BASE
+    + "  - in: subagent Explore\n    steps:\n      - assert: reply contains x\n    note: x\n",
+    "price without output": BASE + "pricing:\n  gpt-4o-mini: {input: 0.15}\n",
+    "negative price": BASE + "pricing:\n  gpt-4o-mini: {input: -1, output: 1}\n",
+    "strict_mocks as text": BASE + 'strict_mocks: "yes"\n',
 }
 
 # Valid in ways an over-strict schema could get wrong; both must accept each.
@@ -170,6 +185,26 @@ VALID = {
     "    pattern: '\\d{4}-\\d{2}-\\d{2}'\n  - name: item_ids\n    path: input.*.id\n",
     "strict, cassette, on_compare": BASE
     + "strict: true\ncassette: cassettes/booking.json\non_compare: my_checks.drift:on_drift\n",
+    "the new steps": BASE
+    + "  - assert_subagent: Explore\n"
+    "  - in: subagent Explore\n    steps:\n      - assert_tool_call: search_flights where q contains KQ\n"
+    "      - assert: reply contains KQ311\n"
+    '  - in: "subagent Explore #2"\n    steps:\n      - assert: reply contains KQ\n'
+    "  - assert_parallel_tool_calls: search_flights, create_booking where x equals 1\n"
+    "  - assert_parallel_tool_calls:\n      - search_flights\n      - create_booking\n"
+    "  - assert_no_egress\n"
+    "  - assert_no_egress:\n"
+    "  - assert_no_egress: except api.example.com, *.example.org\n"
+    "  - assert_no_secret_leak: ${CUSTOMER_TOKEN}\n"
+    "  - assert: model calls at most 6\n"
+    "  - assert: tokens at most 20000\n"
+    "  - assert: output tokens at least 1\n"
+    "  - assert: cost at most 0.05\n"
+    "  - assert: cache prefix stable\n"
+    "  - prompt: Actually, cancel that booking\n"
+    "  - in: prompt 2\n    steps:\n      - assert_no_tool_call: create_booking\n"
+    "pricing:\n  gpt-4o-mini: { input: 0.15, output: 0.60 }\n  claude-x: {input: 3, output: 15, cache_read: 0.3,"
+    " cache_write: 3.75}\nstrict_mocks: true\n",
     "every step kind": BASE
     + "  - assert_tool_call: create_booking where flight.id equals KQ311 and passengers.0.name contains Casey\n"
     "  - assert_no_tool_call: create_booking where status is approved\n"
@@ -221,7 +256,10 @@ class TestCoversTheLoader:
         assert _properties(schema, "volatileRule") == set(loader._RULE_KEYS)
 
     def test_step_kinds(self, schema: dict[str, Any]) -> None:
-        assert _properties(schema, "step") == set(loader._STEP_KEYS)
+        assert _properties(schema, "step") == set(loader._STEP_KEYS) | set(SCOPE_KEYS)
+
+    def test_price_keys(self, schema: dict[str, Any]) -> None:
+        assert _properties(schema, "price") == set(loader._PRICE_KEYS)
 
     def test_presets(self, schema: dict[str, Any]) -> None:
         assert set(schema["definitions"]["volatilePreset"]["enum"]) == set(PRESETS)

@@ -279,3 +279,24 @@ class TestMcpBoundary:
             mcp_calls=[McpCall("s", "a", "{}", False, 0), McpCall("s", "b", "{}", False, 1)],
         )
         assert [c.name for c in traj.tool_calls] == ["a", "b"]
+
+
+class TestThreadsAreAgents:
+    def test_a_trajectory_knows_its_sub_agents_and_keeps_the_reply_rule(self) -> None:
+        from .agent_runs import claude_code_run
+
+        traj = build_trajectory(claude_code_run())
+        assert [s.name for s in traj.agents.subagents] == ["Explore"]
+        assert len(traj.conversations.all) == 3
+        # The reply rule is unchanged: the main thread (by system prompt) answered last.
+        assert traj.reply == "Booked KQ311."
+
+    def test_each_tool_call_knows_its_turn(self) -> None:
+        from flowproof.mcp import McpCall
+
+        traj = build_trajectory(
+            [tool_turn(0, MAIN_SYSTEM, ToolCall("search", "{}")), reply_turn(1, MAIN_SYSTEM, "done")],
+            [McpCall("exports", "export", "{}", True, after_turns=1)],
+        )
+        assert [c.name for c in traj.tool_calls] == ["search", "export"]
+        assert traj.call_turns == (0, 0)

@@ -208,3 +208,19 @@ class TestAbandonedCalls:
     def test_a_complete_record_has_no_such_note(self):
         verdict, _ = decide([*TURNS, DONE], "record")
         assert not any("abandoned" in n for n in verdict.notes)
+
+
+def test_a_spec_error_in_a_step_is_exit_2_and_rejects_the_recording() -> None:
+    """A model the run called with no price is the spec's mistake, not the agent's."""
+    from flowproof.errors import EXIT_USAGE
+    from flowproof.events import DoneEvent
+    from flowproof.verdict import StepResult, decide_exit
+
+    class Run:
+        returncode, stdout, stderr, timed_out = 0, "", "", False
+
+    priced = StepResult(False, "turn 0 called model x, which has no price", None, "cost at most 1", spec_error=True)
+    other = StepResult(False, "expected a reply", None, "reply contains x")
+    verdict = decide_exit([DoneEvent()], Run(), lambda: (other, priced), "record", timeout=5)
+    assert (verdict.exit_code, verdict.recording) == (EXIT_USAGE, "reject")
+    assert decide_exit([DoneEvent()], Run(), lambda: (other,), "replay", timeout=5).exit_code == 1

@@ -31,6 +31,7 @@ from flowproof.addon.record import Record
 from flowproof.addon.replay import Replay
 from flowproof.addon.shared import Shared, config_record_command, log
 from flowproof.addon.warm import BuildState, WarmSessions
+from flowproof.addon.witness import Witness
 from flowproof.cassette import load_cassette
 from flowproof.errors import FlowproofError, SpecError
 from flowproof.events import Listener, ReadyEvent, TlsFailedEvent
@@ -58,11 +59,13 @@ class FlowState:
     shared: Shared
     mcp: McpBoundary
     concern: Record | Replay | Compare
+    witness: Witness
 
     @property
     def addons(self) -> list[object]:
-        """In hook order: the MCP boundary (it claims MCP traffic first), the concern, the log."""
-        return [self.mcp, self.concern, self.shared.events]
+        """In hook order: the witness (it only reads), the MCP boundary (it claims MCP traffic
+        first), the concern, the log."""
+        return [self.witness, self.mcp, self.concern, self.shared.events]
 
 
 def build_flow_state(options: ProxyOptions, previous: Shared | None = None) -> FlowState:
@@ -83,7 +86,8 @@ def build_flow_state(options: ProxyOptions, previous: Shared | None = None) -> F
             shared.events = previous.events  # keep the open log
         else:
             previous.events.close()
-    return FlowState(shared, McpBoundary(shared, options.mcp), CONCERNS[config.mode](shared))
+    return FlowState(shared, McpBoundary(shared, options.mcp), CONCERNS[config.mode](shared),
+                     Witness(shared, options.mcp))
 
 
 class Flowproof:
@@ -96,18 +100,20 @@ class Flowproof:
         self.shared = Shared()
         self.concern: Record | Replay | Compare = Replay(self.shared)
         self.mcp = McpBoundary(self.shared)
+        self.witness = Witness(self.shared)
         self._last_error: exceptions.OptionsError | None = None
         #: Set when ``flowproof_control`` names a socket: this proxy serves many flows.
         self.warm: WarmSessions | None = None
 
     @property
     def addons(self) -> list[object]:
-        """The children mitmproxy invokes after the root: the MCP boundary (it claims MCP
-        traffic first), the mode's concern, then the event log. A warm proxy has one child,
+        """The children mitmproxy invokes after the root: the witness (egress and secrets; it
+        only reads), the MCP boundary (it claims MCP traffic first), the mode's concern, then
+        the event log. A warm proxy has one child,
         the router that hands each flow to its session's chain."""
         if self.warm is not None:
             return [self.warm]
-        return [self.mcp, self.concern, self.shared.events]
+        return [self.witness, self.mcp, self.concern, self.shared.events]
 
     @property
     def events(self) -> EventLog:
@@ -155,6 +161,7 @@ class Flowproof:
             raise exceptions.OptionsError(f"Cannot parse {e}") from None
         state = build_flow_state(options, previous=self.shared)
         self.shared, self.mcp, self.concern = state.shared, state.mcp, state.concern
+        self.witness = state.witness
 
         # (The option belongs to mitmproxy's proxyserver addon, absent in bare test contexts.)
         if (

@@ -109,9 +109,9 @@ class LiveCalls:
             shared.map_upstream(req)
             return
         prepared = shared.prepare(flow, codec)
-        self.calls[flow.id] = PendingCall.start(
-            codec, req.method, req.pretty_url, req.headers.items(multi=True), prepared
-        )
+        # A declared secret in the URL never reaches the cassette (the body is masked by prepare).
+        url = shared.config.normalizer.mask_text(req.pretty_url)
+        self.calls[flow.id] = PendingCall.start(codec, req.method, url, req.headers.items(multi=True), prepared)
         # The recorder taps the stream as SSE text; a compressed stream could not be read.
         req.headers["accept-encoding"] = "identity"
         mapped = shared.map_upstream(req)

@@ -153,8 +153,9 @@ class McpBoundary:
         return True
 
     def _write_calls(self, route: McpRoute, calls: Sequence[tuple[str, Any]], answered: bool) -> None:
+        mask = self.shared.config.normalizer.mask_data
         for name, arguments in calls:
-            self._write(McpCallEvent(route.name, name, json.dumps(arguments, ensure_ascii=False), answered))
+            self._write(McpCallEvent(route.name, name, json.dumps(mask(arguments), ensure_ascii=False), answered))
 
     def _forward(self, flow: http.HTTPFlow, route: McpRoute, decision: Forward) -> None:
         req = flow.request
@@ -164,7 +165,9 @@ class McpBoundary:
         request_doc: Any = None
         if decision.body is not None:
             raw = [m.raw for m in decision.body.messages]
-            request_doc = raw if decision.body.batch else raw[0]
+            # A declared secret never reaches the cassette; masked alike at record and replay,
+            # so the exchange key still matches.
+            request_doc = self.shared.config.normalizer.mask_data(raw if decision.body.batch else raw[0])
         if self.mode is Mode.REPLAY:
             self._replay(flow, route, method, path, request_doc, decision)
             return
@@ -244,18 +247,19 @@ class McpBoundary:
         ctype = response.headers.get("content-type", "")
         exchange_events: tuple[str, ...] | None = None
         body: Any = None
+        mask = self.shared.config.normalizer
         if pending.decoder is not None:
-            exchange_events = tuple(e.data for e in pending.events if e.data)
+            exchange_events = tuple(mask.mask_raw(e.data) for e in pending.events if e.data)
         elif "text/event-stream" in ctype.lower():
             decoder = SSEDecoder()
             exchange_events = tuple(
-                e.data for e in [*decoder.feed(response.content or b""), *decoder.close()] if e.data
+                mask.mask_raw(e.data) for e in [*decoder.feed(response.content or b""), *decoder.close()] if e.data
             )
         elif response.content:
             try:
-                body = json.loads(response.content)
+                body = mask.mask_data(json.loads(response.content))
             except ValueError:
-                body = response.content.decode("utf-8", "replace")
+                body = mask.mask_raw(response.content.decode("utf-8", "replace"))
         exchanges = self.shared.mcp_exchanges
         exchanges.append(
             McpExchange(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from flowproof.normalize import Normalizer
 from flowproof.options import Mode, ProxyOptions, Route, Upstream, from_values, with_spec
 from flowproof.spec import FlowSpec, load_spec, resolve_variables
+from flowproof.witness import Secret
 
 if TYPE_CHECKING:  # the compare engine loads only in compare mode (docs/hotpath.md)
     from flowproof.compare import CompareResult
@@ -55,7 +56,7 @@ def load_handler(value: str) -> CompareHandler:
 @dataclass(frozen=True, slots=True)
 class AddonConfig:
     """One flow's options as the hooks read them: the `ProxyOptions`, the imported compare
-    handler, and the normalizer of its volatile rules and portable paths."""
+    handler, and the normalizer of its volatile rules, portable paths and secret masks."""
 
     options: ProxyOptions = field(default_factory=ProxyOptions)
     compare_handler: CompareHandler | None = None
@@ -70,7 +71,8 @@ class AddonConfig:
                 handler = load_handler(options.compare_handler)
             except ValueError as e:
                 raise ValueError(f"flowproof_compare_handler {options.compare_handler!r}: {e}") from None
-        normalizer = Normalizer(options.volatile, cwd=options.cwd, home=options.home)
+        normalizer = Normalizer(options.volatile, cwd=options.cwd, home=options.home,
+                                secrets=[(s.value, s.placeholder) for s in options.secrets])
         return cls(options, handler, normalizer)
 
     @property
@@ -101,6 +103,11 @@ class AddonConfig:
     @property
     def tool_results(self) -> Mapping[str, Any]:
         return self.options.tool_results
+
+    @property
+    def secrets(self) -> tuple[Secret, ...]:
+        """The values of the spec's ``assert_no_secret_leak`` steps, scanned for in every request."""
+        return self.options.secrets
 
     @property
     def compare_handler_name(self) -> str | None:

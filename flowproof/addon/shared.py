@@ -168,11 +168,12 @@ class Shared:
         """A bug of ours must fail the run visibly, never let a call pass unrecorded or unmatched.
         A `FlowproofError` (a volatile rule that ran out of time) is the user's to fix: its own
         message says what and where."""
-        url = redact_url(flow.request.pretty_url)
+        url = self.config.normalizer.mask_text(redact_url(flow.request.pretty_url))
         if isinstance(error, FlowproofError):
             text = f"flowproof refused the call to {url}: {error}"
         else:
             text = f"flowproof failed in its {hook} hook for {url}: {type(error).__name__}: {error}"
+        text = self.config.normalizer.mask_text(text)
         self.events.write(ErrorEvent(text, id=flow.id))
         log.error("hook_failed", hook=hook, flow_id=flow.id, error=type(error).__name__)
 

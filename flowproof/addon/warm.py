@@ -197,6 +197,12 @@ class WarmSessions:
             return
         await session.hook("request", flow)
 
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("http_connect", flow)
+
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("requestheaders", flow)
+
     async def responseheaders(self, flow: http.HTTPFlow) -> None:
         await self._dispatch("responseheaders", flow)
 

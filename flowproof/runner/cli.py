@@ -1,4 +1,4 @@
-"""The command line: ``flowproof-run`` and ``flowproof check|diff|show|env``.
+"""The command line: ``flowproof-run`` and ``flowproof run|init|doctor|check|diff|show|env``.
 
 Names, options and exit codes are a contract (docs/runner.md).
 Every `FlowproofError` is caught here and printed as one paragraph with no
@@ -21,24 +21,30 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from flowproof import __version__
 from flowproof.cassette import load_cassette
 from flowproof.cassette_check import check_cassette, error_turns
-from flowproof.errors import EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, SpecError
+from flowproof.errors import EXIT_ASSERTION, EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, SpecError
 from flowproof.heal import diff_cassettes
 from flowproof.log import configure as configure_logging
 from flowproof.options import Mode, Route, base_url_ports, host_settings
 from flowproof.printable import printable
 from flowproof.runner.collect import collect_specs
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
-from flowproof.runner.flags import check_cassette_flag, check_one_writer, check_proxy_port
+from flowproof.runner.flags import check_cassette_flag, check_one_writer, check_proxy_port, one_mode
 from flowproof.runner.flow import STAGED, Cancel, RunOptions, run_flow
 from flowproof.runner.html import write_html
+from flowproof.runner.init import write_first_spec
 from flowproof.runner.progress import Progress, status_line_enabled
 from flowproof.runner.proxy import ProxyPool, warm_enabled
 from flowproof.runner.report import render_json, render_text, show_cassette, worst_exit, write_junit
 from flowproof.spec import load_spec, unresolved_problems
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: `flowproof diff`'s exit when the cassettes differ, as diff(1) and `git diff --exit-code`:
+#: a script can ask "did the trajectory change?" without reading the text.
+EXIT_DIFFERENT = 1
 
 
 class _Exit(click.ClickException):
@@ -47,9 +53,18 @@ class _Exit(click.ClickException):
     def __init__(self, error: FlowproofError) -> None:
         super().__init__(str(error))
         self.exit_code = error.exit_code  # type: ignore[misc]  # click reads it per instance
+        self.program = _program()  # while the command's context is still current
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"flowproof: {self.format_message()}", err=True)
+        click.echo(f"{self.program}: {self.format_message()}", err=True)
+
+
+def _program() -> str:
+    """The name the user typed (``flowproof-run``, or ``flowproof`` for ``flowproof run``),
+    which starts every message of the run: a message signed by another command's name sends
+    the reader to the wrong ``--help``."""
+    ctx = click.get_current_context(silent=True)
+    return (ctx.find_root().info_name if ctx is not None else None) or "flowproof"
 
 
 def _edge(func: F) -> F:
@@ -115,6 +130,23 @@ def _cassettes_of(specs: Sequence[Path]) -> list[tuple[Path, Path]]:
     return pairs
 
 
+#: `--record-missing`: not a proxy mode but a choice per flow, between record and replay.
+RECORD_MISSING = "record-missing"
+
+
+def _modes_of(specs: Sequence[Path], mode: str, cassette: Path | None) -> dict[Path, Mode]:
+    """The mode each spec runs in: ``mode`` itself, except that ``record-missing`` records the
+    specs whose cassette does not exist yet and replays the others. A spec that does not load
+    replays, so its flow reports the spec error (and records nothing)."""
+    if mode != RECORD_MISSING:
+        return dict.fromkeys(specs, Mode(mode))
+    modes = dict.fromkeys(specs, Mode.REPLAY)
+    for path, own in _cassettes_of(specs):
+        if not (cassette or own).exists():
+            modes[path] = Mode.RECORD
+    return modes
+
+
 #: After SIGINT/SIGTERM, how long the flows get to stop their agents and proxies and report
 #: the interruption before the runner exits anyway ("signals always win").
 CANCEL_GRACE = 0.7
@@ -144,7 +176,7 @@ def _run_flows(selected: Sequence[Path], options: Any, jobs: int, cancel: Any,
             if signalled_at is not None and time.monotonic() - signalled_at > CANCEL_GRACE:
                 for staged in list(STAGED):
                     staged.unlink(missing_ok=True)
-                click.echo(f"flowproof: {Interrupted(cancel.signum)}", err=True)
+                click.echo(f"{_program()}: {Interrupted(cancel.signum)}", err=True)
                 sys.stderr.flush()
                 sys.stdout.flush()
                 # Not sys.exit: it would wait for the busy worker threads.
@@ -158,7 +190,7 @@ _SPEC_ARG = click.argument(
     "specs", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False)
 )
 #: flowproof-run also takes directories and (quoted) globs: `collect_specs` expands them.
-_RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
+_RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="SPEC...")
 
 
 @click.command(
@@ -166,10 +198,15 @@ _RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @_RUN_SPEC_ARG
-@click.option("--replay", "mode", flag_value="replay", default=True, help="Replay the cassette strictly (default).")
-@click.option("--record", "mode", flag_value="record", help="Record a new cassette (kept only if the spec passes).")
+# One flag per mode, not one shared destination: with a shared one the last flag wins, and
+# `--compare --record` would silently record. Two of them are a usage error (`one_mode`).
+@click.option("--replay", is_flag=True, help="Replay the cassette strictly (default).")
+@click.option("--record", is_flag=True, help="Record a new cassette (kept only if the spec passes).")
+@click.option("--compare", is_flag=True, help="Run live and report drift from the cassette; never writes.")
 @click.option(
-    "--compare", "mode", flag_value="compare", help="Run live and report drift from the cassette; never writes."
+    "--record-missing",
+    is_flag=True,
+    help="Record only the flows that have no cassette yet; replay the others.",
 )
 @click.option("--cassette", type=click.Path(path_type=Path, dir_okay=False), help="Cassette path (one spec only).")
 @click.option(
@@ -209,6 +246,11 @@ _RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path
     help="With --record: keep a recording whose turns hold an HTTP error status (the flow tests error handling).",
 )
 @click.option(
+    "--strict-mocks",
+    is_flag=True,
+    help="Fail a flow whose tools: or mcp: mocks did not all fire (spec key: strict_mocks: true).",
+)
+@click.option(
     "-v",
     "--verbose",
     count=True,
@@ -219,7 +261,10 @@ _RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path
 @_edge
 def run_command(
     specs: tuple[Path, ...],
-    mode: str,
+    replay: bool,
+    record: bool,
+    compare: bool,
+    record_missing: bool,
     cassette: Path | None,
     upstream: tuple[str, ...],
     extra_hosts: tuple[str, ...],
@@ -232,6 +277,7 @@ def run_command(
     shard: str | None,
     compare_handler: str | None,
     allow_error_turns: bool,
+    strict_mocks: bool,
     verbose: int,
     quiet: bool,
     log_json: bool,
@@ -240,6 +286,8 @@ def run_command(
 
     verbosity = -1 if quiet else verbose
     configure_logging(verbosity, json_lines=log_json)
+    flags = (("--replay", replay), ("--record", record), ("--compare", compare), ("--record-missing", record_missing))
+    mode = one_mode([flag for flag, given in flags if given]).removeprefix("--")
 
     if cassette is not None and len(specs) > 1:
         raise FlowproofError("--cassette names one cassette, so it takes exactly one spec")
@@ -254,14 +302,16 @@ def run_command(
     check_proxy_port(proxy_port)
     if cassette is not None:
         check_cassette_flag(str(cassette))
-    if mode == Mode.RECORD and len(selected) > 1:
-        check_one_writer(_cassettes_of(selected))
+    modes = _modes_of(selected, mode, cassette)
+    recorded = [p for p in selected if modes[p] == Mode.RECORD]
+    if len(recorded) > 1:
+        check_one_writer(_cassettes_of(recorded))
     cancel = Cancel()
     status = status_line_enabled(sys.stdout, json_report=as_json, quiet=quiet, environ=os.environ)
     progress = (Progress(total=len(selected), verbosity=verbosity, status=status, cancelled=cancel.is_set)
                 if status or verbosity > 0 else None)
+    # Each flow's mode is its entry in `modes` (set as it starts).
     options = RunOptions(
-        mode=mode,
         cassette=cassette,
         upstream=hosts.upstream,
         extra_hosts=hosts.extra_hosts,
@@ -271,6 +321,7 @@ def run_command(
         cancel=cancel,
         allow_error_turns=allow_error_turns,
         progress=progress,
+        strict_mocks=strict_mocks,
     )
     results = []
     if selected:
@@ -281,7 +332,8 @@ def run_command(
         pool = ProxyPool() if warm_enabled() else None
         restore = _on_signals(cancel)
         try:
-            results = _run_flows(selected, replace(options, proxies=pool), jobs, cancel, run_flow)
+            results = _run_flows(selected, replace(options, proxies=pool), jobs, cancel,
+                                 lambda path, opts: run_flow(path, replace(opts, mode=modes[path])))
         finally:
             restore()
             if pool is not None:
@@ -303,7 +355,7 @@ def run_command(
             write_junit(results, junit)
         except OSError as e:
             click.echo(
-                f"flowproof: cannot write the JUnit report to {junit} ({e.strerror or e}) — "
+                f"{_program()}: cannot write the JUnit report to {junit} ({e.strerror or e}) — "
                 "choose a writable --junit path",
                 err=True,
             )
@@ -313,7 +365,7 @@ def run_command(
             write_html(results, html_path)
         except OSError as e:
             click.echo(
-                f"flowproof: cannot write the HTML report to {html_path} ({e.strerror or e}) — "
+                f"{_program()}: cannot write the HTML report to {html_path} ({e.strerror or e}) — "
                 "choose a writable --html path",
                 err=True,
             )
@@ -322,10 +374,16 @@ def run_command(
         sys.exit(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="flowproof")
+@click.group("flowproof", context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="flowproof")
 def cli() -> None:
-    """flowproof: test LLM agents at the model boundary."""
+    """flowproof: test LLM agents at the model boundary.
+
+    `flowproof run SPEC...` is `flowproof-run SPEC...`: run flows (replay, --record, --compare).
+    """
+
+
+cli.add_command(run_command, "run")
 
 
 @cli.command("check")
@@ -353,18 +411,76 @@ def check_command(specs: tuple[Path, ...]) -> None:
         sys.exit(EXIT_USAGE)
 
 
+@cli.command("init", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="COMMAND...")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+              help="Where to write the spec (default: beside the agent's file, NAME.flow.yaml).")
+@click.option("--name", help="The flow's name (default: from the agent's file name).")
+@click.option("--prompt", help="The first prompt (default: a line to replace).")
+@_edge
+def init_command(command: tuple[str, ...], output: Path | None, name: str | None, prompt: str | None) -> None:
+    """Write a first flow spec for the agent COMMAND starts (e.g. `flowproof init agent.py`).
+
+    It infers what it can: the command, the model SDKs the agent's file imports, a name; and
+    never overwrites a file.
+    """
+
+    written = write_first_spec(command, cwd=Path.cwd(), output=output, name=name, prompt=prompt)
+    shown = os.path.relpath(written.path)
+    apis = ", ".join(f"{s.module} ({s.host})" for s in written.sdks)
+    click.echo(f"wrote {shown}: command `{written.command}`" + (f", imports {apis}" if apis else ""))
+    keys = " ".join(f"{s.key_var}=..." for s in written.sdks) or "<YOUR_PROVIDER>_API_KEY=..."
+    click.echo(f"Next: put the prompt and the checks in {shown}, then")
+    click.echo(f"  flowproof check {shown}")
+    click.echo(f"  {keys} flowproof-run {shown} --record   # once, live")
+    click.echo(f"  flowproof-run {shown}                    # replay: offline, no key")
+
+
+@cli.command("doctor")
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Agent wall-clock timeout in seconds (overrides the spec).")
+@_edge
+def doctor_command(spec: Path, timeout: float | None) -> None:
+    """Start SPEC's agent against a stand-in model (no key, no network) and say what works.
+
+    Exits 0 when the agent's calls went through flowproof and it finished, 1 otherwise.
+    """
+
+    # Imported here: the stand-in model server (flowproof.testing) adds about 0.25 s to the
+    # start of every flowproof command (python -X importtime), and only doctor needs it.
+    from flowproof.doctor import healthy, record_hint
+    from flowproof.runner.doctor import run_doctor
+
+    click.echo(f"flowproof doctor: {spec} — its agent against a stand-in model (no key, no network)")
+    ran = run_doctor(spec, timeout=timeout)
+    for check in ran.checks:
+        click.echo(check.render())
+    if healthy(ran.checks):
+        click.echo(f"Ready to record: {record_hint(ran.facts, str(spec))}")
+        return
+    click.echo("Fix the ✗ lines, then run flowproof doctor again.")
+    sys.exit(EXIT_ASSERTION)
+
+
 @cli.command("diff")
 @click.argument("old", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.argument("new", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @_edge
 def diff_command(old: Path, new: Path) -> None:
-    """The heal diff between two cassettes, turn by turn."""
+    """The heal diff between two cassettes, turn by turn.
+
+    Exits like diff(1): 0 when the trajectories are the same, 1 when they differ, 2 on error.
+    """
 
     before, after = load_cassette(old), load_cassette(new)
     check_cassette(before, old)
     check_cassette(after, new)
-    text = "\n".join([*error_turns(after), diff_cassettes(before, after)]).strip()
+    changes = diff_cassettes(before, after)
+    text = "\n".join([*error_turns(after), changes]).strip()
     click.echo(printable(text) or "no change in the trajectory")
+    if changes:
+        sys.exit(EXIT_DIFFERENT)
 
 
 @cli.command("show")
@@ -404,14 +520,15 @@ def env_command(proxy_port: int, base_url: bool) -> None:
         click.echo(line)
 
 
-def _standalone(command: click.Command, argv: Sequence[str] | None) -> NoReturn:
+def _standalone(command: click.Command, argv: Sequence[str] | None, program: str) -> NoReturn:
     args = list(argv) if argv is not None else None
     try:
-        code = command.main(args=args, standalone_mode=False)
+        code = command.main(args=args, prog_name=program, standalone_mode=False)
     except click.UsageError as e:
         # A bad option value is one line like every other flowproof error (click's own
-        # form is three: usage, a help hint and the error).
-        click.echo(f"flowproof: {e.format_message()} — see --help", err=True)
+        # form is three: usage, a help hint and the error), naming the command it is about.
+        where = e.ctx.command_path if e.ctx is not None else program
+        click.echo(f"{program}: {e.format_message().rstrip('.')} — see {where} --help", err=True)
         sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
@@ -424,12 +541,12 @@ def _standalone(command: click.Command, argv: Sequence[str] | None) -> NoReturn:
 
 def run_main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of ``flowproof-run``."""
-    _standalone(run_command, argv)
+    _standalone(run_command, argv, "flowproof-run")
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of ``flowproof``."""
-    _standalone(cli, argv)
+    _standalone(cli, argv, "flowproof")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,7 +20,8 @@ import certifi
 
 from flowproof.errors import CAError
 from flowproof.options import Route
-from flowproof.wire.providers import PROVIDERS, base_url_vars, model_host_suffixes
+from flowproof.spec.variables import BASE_URL_HANDLE
+from flowproof.wire.providers import PROVIDERS, base_url_families, base_url_vars, model_host_suffixes
 from flowproof.wire.providers import (
     model_hosts as _wire_model_hosts,  # `model_hosts` is a parameter below
 )
@@ -249,6 +250,22 @@ def agent_env(
         for name in placeholder_key_vars(env):
             env[name] = PLACEHOLDER_KEY
     return env
+
+
+def handle_values(proxy_url: str, ca: CAFiles, reverse_urls: Mapping[str, str]) -> dict[str, str]:
+    """What each ``${flowproof.…}`` handle of a spec (`flowproof.spec.variables.HANDLES`)
+    stands for in this run: the proxy, the CA files, and a base URL per reverse listener
+    (``reverse_urls``: host -> ``http://127.0.0.1:P``; only the base-URL route has them)."""
+    values = {
+        "flowproof.proxy_url": proxy_url,
+        "flowproof.ca_bundle": str(ca.bundle),
+        "flowproof.ca_cert": str(ca.cert),
+    }
+    for family, host, suffix in base_url_families():
+        url = reverse_urls.get(host)
+        if url:
+            values[f"{BASE_URL_HANDLE}{family}"] = url.rstrip("/") + suffix
+    return values
 
 
 def interpreter_first_path(path: str | None, *, executable: str | None = None,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from flowproof.errors import FlowproofError
 
-__all__ = ["check_cassette_flag", "check_one_writer", "check_proxy_port"]
+__all__ = ["check_cassette_flag", "check_one_writer", "check_proxy_port", "one_mode"]
 
 
 def check_proxy_port(port: int) -> None:
@@ -61,3 +61,18 @@ def check_one_writer(cassettes: Sequence[tuple[Path, Path]]) -> None:
                 "lost — give each spec its own `cassette:`, or record them in separate runs"
             )
         seen[key] = spec
+
+
+def one_mode(given: Sequence[str], default: str = "--replay") -> str:
+    """The one mode flag of a run (``--record`` …), or ``default`` when none was given.
+
+    Two mode flags are a usage error, never "the last one wins": a typo such as
+    ``--compare --record`` in a scheduled job would otherwise rewrite a committed cassette.
+    """
+    flags = list(dict.fromkeys(given))
+    if len(flags) > 1:
+        raise FlowproofError(
+            f"{', '.join(flags[:-1])} and {flags[-1]} ask for {len(flags)} different modes — give one of them "
+            "(replay, the default, needs no flag)"
+        )
+    return flags[0] if flags else default

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from flowproof.assertions import describe_assertion, evaluate
+from flowproof.assertions import AssertionResult, describe_assertion, evaluate
 from flowproof.cassette import Cassette, load_cassette, turn_views
 from flowproof.cassette_check import check_cassette, error_turns
 from flowproof.commands import record_command
 from flowproof.compare import CompareResult
+from flowproof.coverage import unused_mocks
 from flowproof.errors import (
     EXIT_AGENT,
     EXIT_OK,
@@ -35,7 +36,7 @@ from flowproof.errors import (
     FlowproofError,
     Interrupted,
 )
-from flowproof.events import Event, McpRejectedEvent, TurnEvent, parse_events
+from flowproof.events import DivergenceEvent, Event, McpRejectedEvent, TurnEvent, parse_events, witness_of
 from flowproof.guard import guard_evidence
 from flowproof.mcp import calls_from_events
 from flowproof.model import Turn
@@ -46,6 +47,7 @@ from flowproof.runner.env import (
     agent_env,
     default_ca_dir,
     ensure_ca,
+    handle_values,
     interpreter_first_path,
 )
 from flowproof.runner.lock import cassette_lock
@@ -61,7 +63,8 @@ from flowproof.runner.progress import Progress
 from flowproof.runner.proxy import FlowProxy, ProxyPool, free_port, scratch_prefix, start_proxy
 from flowproof.runner.recording import Staging
 from flowproof.spec import FlowSpec, load_spec, resolve_variables
-from flowproof.spec.types import AgentSpec, ToolCallAssertion
+from flowproof.spec.types import AgentSpec, ParallelCallsAssertion, SubagentAssertion, ToolCallAssertion
+from flowproof.spec.variables import resolve_handles
 from flowproof.trajectory import MCP, boundary_of, build_trajectory
 from flowproof.verdict import StepResult, decide_exit
 
@@ -112,6 +115,8 @@ class RunOptions:
     proxies: ProxyPool | None = None
     #: The per-call log lines and the status line (`runner.progress`); None: neither.
     progress: Progress | None = None
+    #: A tools:/mcp: mock that never fired fails the flow (also `strict_mocks: true` in a spec).
+    strict_mocks: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +153,18 @@ class FlowResult:
     events: tuple[Event, ...] = field(default=(), compare=False, repr=False)
     #: Why an exit-5 flow failed, for advice that fits: "timeout", "upstream", "crash" or None.
     failure: str | None = None
+    #: Every host the agent tried to reach (`flowproof.witness.EgressHost.to_json`), any mode.
+    egress: tuple[dict[str, Any], ...] = ()
+    #: Where a declared secret went (`flowproof.witness.SecretLeak.to_json`; never the value).
+    secret_leaks: tuple[dict[str, Any], ...] = ()
+    #: The spec's mocks that never fired (`flowproof.coverage.UnusedMock.to_json`).
+    unused_mocks: tuple[dict[str, Any], ...] = ()
+    #: The sub-agents, each with its parent (`flowproof.subagents.SubAgent.to_json`).
+    subagents: tuple[dict[str, Any], ...] = ()
+    #: The sub-agent tree as indented text lines (empty without sub-agents).
+    agent_tree: tuple[str, ...] = ()
+    #: Tokens the responses reported: input, output, and the turns that reported none.
+    usage: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -288,6 +305,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                     proxy_options.model_hosts, timeout,
                     cancelled=cancel.is_set if cancel is not None else None,
                     events=watch.source(proxy.events) if watch is not None else None,
+                    written=raw_spec.agent,
                 )
             finally:
                 proxy.stop()
@@ -311,6 +329,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             staging=staging,
             cancel=cancel,
             allow_error_turns=options.allow_error_turns or spec.allow_error_turns,
+            strict_mocks=options.strict_mocks,
         )
     finally:
         # A verdict keeps or rejects the staging file; on any other way out (an agent
@@ -358,8 +377,13 @@ def _drive(
     timeout: float,
     cancelled: Callable[[], bool] | None = None,
     events: EventSource | None = None,
+    written: AgentSpec | None = None,
 ) -> AgentRun:
     events = events or proxy.events
+    if written is not None:
+        # `${flowproof.…}` handles (the proxy's URL, the CA, a base-URL listener) exist now.
+        handles = handle_values(proxy.url, ca, proxy.reverse_urls)
+        agent = resolve_handles(written, agent, environ, handles)
     if agent.url:
         return run_url_agent(agent.url, prompts=prompts, timeout=timeout, events=events)
     base = dict(environ)
@@ -412,8 +436,10 @@ def _verdict(
     staging: Staging,
     cancel: Cancel | None = None,
     allow_error_turns: bool = False,
+    strict_mocks: bool = False,
 ) -> FlowResult:
     checked: dict[str, Any] = {}
+    witness = witness_of(events)
 
     def steps() -> tuple[StepResult, ...]:
         turns = trajectory_turns(events)
@@ -425,16 +451,22 @@ def _verdict(
             tool_calls=tuple(_call_label(c) for c in trajectory.tool_calls),
             turns=len(turns),
             guards=tuple(g.to_json() for g in guard_evidence(spec, trajectory)),
+            unused_mocks=tuple(u.to_json() for u in unused_mocks(spec, trajectory)),
+            subagents=tuple(s.to_json() for s in trajectory.agents.subagents),
+            agent_tree=tuple(trajectory.agents.lines()),
+            usage=usage_summary(trajectory.turns),
         )
         return tuple(
             StepResult(
                 passed=r.passed,
                 message=r.message,
                 location=str(r.location) if r.location else None,
-                source=step_line(r.step),
+                source=result_line(r),
                 mismatches=r.mismatches,
+                scope=r.scope,
+                spec_error=r.spec_error,
             )
-            for r in evaluate(spec, trajectory)
+            for r in evaluate(spec, trajectory, witness=witness, strict_mocks=strict_mocks)
         )
 
     verdict = decide_exit(
@@ -447,7 +479,7 @@ def _verdict(
         exit_code=verdict.exit_code,
         cassette=cassette,
         steps=verdict.steps or (),
-        divergences=verdict.divergences,
+        divergences=with_subagents(verdict.divergences, events, existing),
         drifts=verdict.drifts,
         missing=verdict.missing,
         errors=verdict.errors,
@@ -460,6 +492,8 @@ def _verdict(
         startup_seconds=startup,
         events=tuple(events),
         failure=verdict.failure,
+        egress=tuple(e.to_json() for e in witness.egress),
+        secret_leaks=tuple(leak.to_json() for leak in witness.leaks),
         **checked,
     )
     if verdict.recording == "reject":
@@ -470,6 +504,28 @@ def _verdict(
             raise Interrupted(cancel.signum)
         return _keep(result, staging, existing, allow_error_turns)
     return result
+
+
+def with_subagents(texts: tuple[str, ...], events: Sequence[Event], existing: Cassette | None) -> tuple[str, ...]:
+    """Each divergence text, saying which sub-agent the recorded turn it was compared with
+    belongs to (docs/subagents.md): "an edit inside the sub-agent's prompt" reads as such."""
+    diverged = [e for e in events if isinstance(e, DivergenceEvent)]
+    if existing is None or not diverged or len(diverged) != len(texts):
+        return texts
+    try:
+        agents = build_trajectory([turn_views(t) for t in existing.turns]).agents
+    except FlowproofError:
+        return texts  # a turn no codec reads: the divergence speaks for itself
+    out = []
+    for text, event in zip(texts, diverged, strict=True):
+        closest = (event.divergence or {}).get("closest_index")
+        number = agents.agent_of.get(closest) if isinstance(closest, int) else None
+        if number is not None:
+            label, spawn = agents.subagents[number].label(), agents.subagents[number].spawn_turn
+            text += (f"\nthe recorded turn {closest} it was compared with is sub-agent {label}'s "
+                     f"(spawned in turn {spawn}): the change is inside that sub-agent")
+        out.append(text)
+    return tuple(out)
 
 
 def _call_label(call: Any) -> str:
@@ -496,6 +552,28 @@ def _keep(result: FlowResult, staging: Staging, existing: Cassette | None,
     return _with(result, heal_diff=heal, notes=(*result.notes, *errors))
 
 
+def usage_summary(turns: Sequence[Turn]) -> dict[str, Any]:
+    """The tokens the run's responses reported, and the turns that reported none."""
+    used = [t.response.usage for t in turns if t.response is not None and t.response.usage is not None]
+    return {
+        "input_tokens": sum(u.input_tokens for u in used),
+        "output_tokens": sum(u.output_tokens for u in used),
+        "cache_read_tokens": sum(u.cache_read_tokens for u in used),
+        "cache_write_tokens": sum(u.cache_write_tokens for u in used),
+        "turns_without_usage": [t.index for t in turns if t.response is None or t.response.usage is None],
+    }
+
+
+def result_line(result: AssertionResult) -> str:
+    """A checked step as the report lists it (`step_line`), after the ``in:`` scope it was
+    checked in; the flow-level checks (``strict``, strict mocks) read as their option."""
+    if result.step is None:
+        line = "strict mocks" if result.message.startswith("strict mocks") else "strict: true"
+    else:
+        line = step_line(result.step)
+    return f"{result.scope}: {line}" if result.scope else line
+
+
 def step_line(step: Any) -> str:
     """A step as the report lists it, reading as what it checks: ``no call to issue_refund``
     (a bare name after ✓ would read as if the tool had been called), ``create_booking where
@@ -505,6 +583,10 @@ def step_line(step: Any) -> str:
     if isinstance(step, ToolCallAssertion):
         what = describe_assertion(step)
         return f"no call to {what}" if step.negated else what
+    if isinstance(step, SubagentAssertion):
+        return f"sub-agent {step.name}"
+    if isinstance(step, ParallelCallsAssertion):
+        return f"at once: {step.source}"
     source = getattr(step, "source", None)
     if source:
         return str(source)

@@ -30,7 +30,8 @@ from flowproof.heal import readable_turns, short_text
 from flowproof.options import Mode
 from flowproof.printable import printable
 from flowproof.runner.flow import FlowResult
-from flowproof.trajectory import build_trajectory
+from flowproof.trajectory import Trajectory, build_trajectory
+from flowproof.witness import SecretLeak
 
 PASS, FAIL = "✓", "✗"
 #: Agent output shown in a failing report (the tail: errors come last).
@@ -89,7 +90,11 @@ def next_step(result: FlowResult) -> str:
     code, spec = result.exit_code, str(result.spec_path)
     if code == EXIT_OK:
         if result.mode == Mode.RECORD:
-            return f"Review the cassette diff and commit {result.cassette}."
+            if result.heal_diff is None:
+                # A first-ever record: there was no cassette, so there is no heal diff to review.
+                return (f"A new cassette: read it (flowproof show {result.cassette}) and commit it "
+                        "with the spec.")
+            return f"Review the heal diff above and commit {result.cassette}."
         return "Nothing to do."
     if code == EXIT_DIVERGENCE:
         return (
@@ -154,6 +159,7 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
             lines.append(f"  trajectory: {result.turns} model call(s); tool calls: {calls}")
             if result.reply is not None:
                 lines.append(f"  reply: {result.reply[:300]!r}")
+    lines.extend(witness_lines(result))
     for note in result.notes:
         lines.append(f"  note: {note}")
     for guard in result.guards:
@@ -177,6 +183,29 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
         lines.append(f"  proxy ready in {result.startup_seconds:.2f}s; flow took {result.duration:.2f}s")
     # Recorded text and agent output go to a terminal: shown, never obeyed (`printable`).
     return printable("\n".join(lines))
+
+
+def witness_lines(result: FlowResult) -> list[str]:
+    """What every report says whatever was asserted: the hosts the agent reached, where a
+    declared secret went (masked), the mocks that never fired, and the sub-agent tree."""
+    lines: list[str] = []
+    if result.egress:
+        hosts = ", ".join(_host_label(e) for e in result.egress)
+        lines.append(f"  hosts contacted: {hosts}")
+    for leak in result.secret_leaks:
+        lines.append(f"  secret leak: {SecretLeak.from_json(leak).describe()}")
+    for mock in result.unused_mocks:
+        lines.append(f"  unused mock: {mock.get('text')}")
+    if result.agent_tree:
+        lines.append("  sub-agents:")
+        lines.extend(f"    {line}" for line in result.agent_tree)
+    return lines
+
+
+def _host_label(egress: dict[str, Any]) -> str:
+    role = egress.get("role")
+    kind = f" ({role})" if role in ("model", "mcp") else ""
+    return f"{egress.get('host')}:{egress.get('port')}{kind}"
 
 
 def summary_table(results: Sequence[FlowResult]) -> str:
@@ -224,10 +253,15 @@ def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
     failed = [r for r in results if not r.passed]
     summary = f"{passed} of {len(results)} flow(s) passed"
     if not failed:
-        last = next_step(results[0]) if len(results) == 1 else (
-            "Nothing to do." if results and results[0].mode != Mode.RECORD
-            else "Review the cassette diffs and commit them."
-        )
+        recorded = [r for r in results if r.mode == Mode.RECORD]
+        if len(results) == 1:
+            last = next_step(results[0])
+        elif not recorded:
+            last = "Nothing to do."
+        elif all(r.heal_diff is None for r in recorded):
+            last = "New cassettes: read them (flowproof show CASSETTE) and commit them with their specs."
+        else:
+            last = "Review the heal diffs above and commit the cassettes."
     else:
         worst = max(failed, key=lambda r: r.exit_code)
         last = next_step(worst)
@@ -283,7 +317,8 @@ def result_json(result: FlowResult) -> dict[str, Any]:
         "cassette": str(result.cassette) if result.cassette else None,
         "error": result.error,
         "steps": [
-            {"passed": s.passed, "source": s.source, "message": s.message, "location": s.location}
+            {"passed": s.passed, "source": s.source, "message": s.message, "location": s.location,
+             "scope": s.scope}
             for s in result.steps
         ],
         "findings": flow_findings(result),
@@ -305,6 +340,11 @@ def result_json(result: FlowResult) -> dict[str, Any]:
         "notes": list(result.notes),
         "guards": list(result.guards),
         "warnings": guard_warnings(result),
+        "egress": list(result.egress),
+        "secret_leaks": list(result.secret_leaks),
+        "unused_mocks": list(result.unused_mocks),
+        "subagents": list(result.subagents),
+        "usage": result.usage,
         "proxy_startup_seconds": result.startup_seconds,
         "duration_seconds": round(result.duration, 3),
         "next": next_step(result),
@@ -367,7 +407,9 @@ def junit_xml(results: Sequence[FlowResult]) -> str:
                     case, kind, message=_finding_summary(finding), type=f"flowproof.{finding['kind']}"
                 )
                 extra.text = json.dumps(finding, ensure_ascii=False, indent=2, default=str)
-        out = "".join(f"warning: {w}\n" for w in warnings) + (_tail(r.agent_stdout, 200) if r.agent_stdout else "")
+        seen = "".join(line.strip() + "\n" for line in witness_lines(r))
+        out = "".join(f"warning: {w}\n" for w in warnings) + seen + (
+            _tail(r.agent_stdout, 200) if r.agent_stdout else "")
         if out:
             ET.SubElement(case, "system-out").text = out
         if r.agent_stderr:
@@ -400,11 +442,10 @@ def write_junit(results: Sequence[FlowResult], path: Path) -> None:
 # --------------------------------------------------------------------------- cassettes
 
 
-def cassette_threads(cassette: Cassette) -> dict[int, int]:
+def cassette_threads(trajectory: Trajectory) -> dict[int, int]:
     """Turn index -> thread number, threads numbered by their first turn (as compare
     numbers them); a turn no codec reads has no thread."""
-    views = [view for _rt, view, _err in readable_turns(cassette) if view is not None]
-    threads = sorted(build_trajectory(views).threads, key=lambda t: t.first_index)
+    threads = sorted(trajectory.threads, key=lambda t: t.first_index)
     return {turn.index: number for number, thread in enumerate(threads) for turn in thread.turns}
 
 
@@ -421,7 +462,11 @@ def show_cassette(
     what exists when there is none)."""
     header = f"{path}: " if path else ""
     lines = [f"{header}{len(cassette.turns)} turn(s), route {cassette.route}, format {cassette.format}"]
-    numbers = cassette_threads(cassette)
+    trajectory = build_trajectory([v for _rt, v, _e in readable_turns(cassette) if v is not None])
+    numbers = cassette_threads(trajectory)
+    agents = trajectory.agents
+    if agents.subagents and turn is None and thread is None:
+        lines.extend(agents.lines())
     where = f"{path} " if path else "the cassette "
     if turn is not None and turn not in {rt.index for rt in cassette.turns}:
         indexes = ", ".join(str(rt.index) for rt in cassette.turns) or "none"
@@ -448,6 +493,9 @@ def show_cassette(
             continue
         lines.append(f"  model: {view.request.model or '?'}")
         lines.append(f"  thread: {numbers.get(rt.index, '?')}")
+        agent = agents.label_of(rt.index)
+        if agent is not None:
+            lines.append(f"  sub-agent: {agent}")
         lines.append(f"  roles: {' '.join(view.request.roles) or '-'}")
         if view.request.tools:
             lines.append(f"  tools offered: {', '.join(view.request.tools)}")

@@ -103,11 +103,7 @@ class _Line:
         try:
             check_variables(value)
         except VariableSyntaxError as e:
-            self.problem(
-                start + e.offset,
-                str(e),
-                "write ${NAME} (letters, digits, underscore), or $${ for a literal ${",
-            )
+            self.problem(start + e.offset, str(e), e.hint)
             return False
         return True
 

@@ -1,10 +1,12 @@
 """Load a ``*.flow.yaml`` file into a `FlowSpec`, with ``file:line:col`` for every problem.
 
-The YAML is composed into nodes (not constructed into plain data) so that every
-key and value keeps its position; the walker below checks each node and records
-*all* the problems it can find before raising one `SpecError`. Only ``tools``
-and ``mcp`` ``result:`` values are turned into plain data (JSON-like: dict,
-list, str, int, float, bool, None; YAML timestamps stay the text written).
+The spec schema: which keys a flow spec has and what each means. The YAML is
+composed into located nodes by `flowproof.spec.yamlsafe` (which enforces the
+size and alias limits), and read by a `flowproof.spec.nodes.NodeWalker`
+subclass that checks each node and records *all* the problems it can find
+before raising one `SpecError`. Only ``tools`` and ``mcp`` ``result:`` values
+are turned into plain data (JSON-like: dict, list, str, int, float, bool, None;
+YAML timestamps stay the text written).
 
 ``load_spec`` reads the file and nothing else: ``${VAR}`` references are kept
 (syntax-checked) for ``resolve_variables`` to fill in at run time.
@@ -12,35 +14,40 @@ list, str, int, float, bool, None; YAML timestamps stay the text written).
 
 from __future__ import annotations
 
-import math
 import re
 import shlex
 from pathlib import Path
-from typing import Any
 
-import yaml
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.nodes import Node, ScalarNode
 
 from flowproof.errors import SpecError, SpecProblem
-from flowproof.files import UnreadableFileError, read_regular_file
 from flowproof.mcp.stdio import standin_variable
 from flowproof.normalize import PRESETS
 from flowproof.options import Route
-from flowproof.spec.clauses import compile_pattern, parse_reply_line, parse_tool_line, suggest
+from flowproof.spec.clauses import compile_pattern, suggest
+from flowproof.spec.nodes import NULL
 from flowproof.spec.paths import split_path
+from flowproof.spec.steps import STEP_KEYS, StepWalker, check_context
 from flowproof.spec.types import (
     AgentSpec,
     FlowSpec,
     Location,
     McpServer,
+    Price,
     PromptStep,
-    ReplyAssertion,
     Step,
-    ToolCallAssertion,
     ToolMock,
     VolatileRule,
 )
-from flowproof.spec.variables import VariableSyntaxError, check_variables, has_variables
+from flowproof.spec.variables import BASE_URL_HANDLE, handle_names, has_variables
+from flowproof.spec.yamlsafe import (
+    MAX_ALIASES,
+    MAX_EXPANDED_CHARS,
+    MAX_EXPANDED_NODES,
+    MAX_SPEC_BYTES,
+    compose,
+    read_limited,
+)
 from flowproof.wire.providers import conversation_vocabulary
 
 __all__ = [
@@ -56,27 +63,15 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT = 120.0
-#: A spec is a page of prose and a few tool results; anything bigger is refused before it is
-#: parsed (parsing tens of megabytes of YAML takes minutes in pure Python).
-MAX_SPEC_BYTES = 1024 * 1024
-#: YAML aliases are shared nodes that the walker expands: nested anchors ("an alias bomb")
-#: turn a few lines into billions of values. Both the number of aliases and what the
-#: document expands to are bounded, and checked before anything is expanded.
-MAX_ALIASES = 200
-MAX_EXPANDED_NODES = 100_000
-MAX_EXPANDED_CHARS = 8 * 1024 * 1024
-
-_TAG = "tag:yaml.org,2002:"
-_NULL, _BOOL, _INT, _FLOAT, _STR = (_TAG + t for t in ("null", "bool", "int", "float", "str"))
-_TIMESTAMP = _TAG + "timestamp"
 
 _TOP_KEYS = ("name", "app", "agent", "tools", "mcp", "strict", "cassette", "volatile",
-             "on_compare", "steps", "allow_error_turns")
+             "on_compare", "steps", "allow_error_turns", "pricing", "strict_mocks")
 _AGENT_KEYS = ("command", "url", "env", "timeout", "cwd", "route")
 _TOOL_KEYS = ("name", "result")
 _MCP_KEYS = ("name", "url", "command", "tools")
 _RULE_KEYS = ("name", "path", "pattern")
-_STEP_KEYS = ("prompt", "assert_tool_call", "assert_no_tool_call", "assert")
+_STEP_KEYS = STEP_KEYS
+_PRICE_KEYS = ("input", "output", "cache_read", "cache_write")
 _ROUTES = tuple(r.value for r in Route)
 
 _RULE_NAME = re.compile(r"[a-z0-9_-]+")
@@ -92,6 +87,8 @@ _TOOL_ROOTS = _VOCABULARY.tool_roots
 _MODEL_ROOTS = _VOCABULARY.model_roots
 _CONTENT_KEYS = _VOCABULARY.content_keys
 _REFUSAL_REASON = "it would hide exactly the edit replay exists to catch"
+_PRICING_HINT = ("add `pricing:` with USD per million tokens for each model the agent calls, "
+                 "e.g. `pricing: {gpt-4o-mini: {input: 0.15, output: 0.60}}`")
 
 
 def volatile_refusal(segments: tuple[str, ...], has_pattern: bool) -> str | None:
@@ -131,184 +128,13 @@ def _preset_names() -> tuple[str, ...]:
     return tuple(sorted(PRESETS))
 
 
-def _kind(node: Node) -> str:
-    if isinstance(node, MappingNode):
-        return "a mapping"
-    if isinstance(node, SequenceNode):
-        return "a list"
-    if node.tag == _NULL:
-        return "nothing"
-    value = node.value if len(node.value) <= 40 else node.value[:37] + "..."
-    return f"`{value}`"
-
-
-class _Walker:
+class _Walker(StepWalker):
     """Turns the composed node tree into a FlowSpec, collecting problems as it goes."""
 
     def __init__(self, display: str, spec_path: Path) -> None:
-        self.display = display
+        super().__init__(display)
         self.spec_path = spec_path
         self.spec_dir = spec_path.parent
-        self.problems: list[SpecProblem] = []
-        self.saw_prompt = False
-        self._constructor = yaml.constructor.SafeConstructor()
-
-    # -- problems and locations ------------------------------------------------
-
-    def loc(self, node: Node, offset: int = 0) -> Location:
-        mark = node.start_mark
-        return Location(self.display, mark.line + 1, mark.column + 1 + offset)
-
-    def problem(self, node: Node, message: str, hint: str = "", offset: int = 0) -> None:
-        loc = self.loc(node, offset)
-        self.problems.append(SpecProblem(loc.path, loc.line, loc.col, message, hint))
-
-    def absorb(self, error: SpecError) -> None:
-        self.problems.extend(error.problems)
-
-    def text_origin(self, node: ScalarNode) -> tuple[Location, bool]:
-        """Where a scalar's text starts, and whether columns inside it can be trusted."""
-        span = node.end_mark.index - node.start_mark.index
-        if node.style is None and span == len(node.value):
-            return self.loc(node), True
-        if node.style in ("'", '"') and span == len(node.value) + 2:
-            return self.loc(node, 1), True
-        return self.loc(node), False
-
-    # -- scalars -----------------------------------------------------------------
-
-    def mapping(self, node: Node, what: str) -> dict[str, tuple[ScalarNode, Node]] | None:
-        """A mapping node's entries by key text; reports non-text and duplicate keys."""
-        if not isinstance(node, MappingNode):
-            self.problem(node, f"{what} must be a mapping, found {_kind(node)}",
-                         "write it as `key: value` lines")
-            return None
-        entries: dict[str, tuple[ScalarNode, Node]] = {}
-        for key, value in node.value:
-            if not isinstance(key, ScalarNode) or key.tag == _TAG + "merge":
-                self.problem(key, f"a key in {what} must be plain text",
-                             "write `key: value`; merge keys (<<) are not supported")
-                continue
-            if key.value in entries:
-                self.problem(key, f"`{key.value}` appears twice in {what}", "keep only one")
-                continue
-            entries[key.value] = (key, value)
-        return entries
-
-    def check_keys(self, entries: dict[str, tuple[ScalarNode, Node]], allowed: tuple[str, ...],
-                   what: str) -> None:
-        for name, (key, _) in entries.items():
-            if name not in allowed:
-                self.problem(key, f"unknown key `{name}` in {what}", suggest(name, allowed))
-
-    def sequence(self, node: Node, what: str) -> list[Node] | None:
-        if isinstance(node, ScalarNode) and node.tag == _NULL:
-            return []
-        if not isinstance(node, SequenceNode):
-            self.problem(node, f"{what} must be a list, found {_kind(node)}",
-                         "write one `- ` entry per line")
-            return None
-        return list(node.value)
-
-    def text(self, node: Node, what: str, *, allow_empty: bool = False) -> str | None:
-        """A scalar as the text written (``8080`` -> ``"8080"``); None after reporting."""
-        if not isinstance(node, ScalarNode):
-            self.problem(node, f"{what} must be text, found {_kind(node)}",
-                         "quote it if it should be a single string")
-            return None
-        if node.tag == _NULL:
-            self.problem(node, f"{what} is empty", "give it a value")
-            return None
-        if not allow_empty and not node.value.strip():
-            self.problem(node, f"{what} is empty", "give it a value")
-            return None
-        return str(node.value)
-
-    def template(self, node: Node, what: str) -> str | None:
-        """Text that ``resolve_variables`` will fill in: its ``${`` syntax is checked now."""
-        value = self.text(node, what)
-        if value is not None and not self.check_variable_syntax(node, value):
-            return None
-        return value
-
-    def check_variable_syntax(self, node: Node, value: str) -> bool:
-        try:
-            check_variables(value)
-        except VariableSyntaxError as e:
-            offset = 0
-            if isinstance(node, ScalarNode):
-                origin, exact = self.text_origin(node)
-                if exact:
-                    offset = origin.col - self.loc(node).col + e.offset
-            self.problem(node, str(e),
-                         "write ${NAME} (letters, digits, underscore), or $${ for a literal ${",
-                         offset)
-            return False
-        return True
-
-    def boolean(self, node: Node, what: str) -> bool | None:
-        if isinstance(node, ScalarNode) and node.tag == _BOOL:
-            return bool(self._constructor.construct_yaml_bool(node))
-        self.problem(node, f"{what} must be true or false, found {_kind(node)}")
-        return None
-
-    def number(self, node: Node, what: str) -> float | None:
-        if isinstance(node, ScalarNode) and node.tag in (_INT, _FLOAT):
-            try:
-                if node.tag == _INT:
-                    value = float(self._constructor.construct_yaml_int(node))
-                else:
-                    value = float(self._constructor.construct_yaml_float(node))
-            except (ValueError, OverflowError):
-                value = math.nan
-            if math.isfinite(value) and value > 0:
-                return value
-        self.problem(node, f"{what} must be a positive number of seconds, found {_kind(node)}")
-        return None
-
-    def data(self, node: Node, stack: tuple[int, ...] = ()) -> Any:
-        """A ``result:`` value as plain JSON-like data (None after reporting a problem)."""
-        if id(node) in stack:
-            raise _Unusable(node, "a YAML alias refers to itself", "results must be finite data")
-        stack = (*stack, id(node))
-        if isinstance(node, ScalarNode):
-            try:
-                if node.tag == _NULL:
-                    return None
-                if node.tag == _BOOL:
-                    return bool(self._constructor.construct_yaml_bool(node))
-                if node.tag == _INT:
-                    return int(self._constructor.construct_yaml_int(node))
-                if node.tag == _FLOAT:
-                    return float(self._constructor.construct_yaml_float(node))
-            except (ValueError, OverflowError):
-                return node.value
-            if node.tag in (_STR, _TIMESTAMP):
-                # A timestamp stays the text written: results are sent as JSON.
-                if not self.check_variable_syntax(node, node.value):
-                    raise _Unusable(node, "", "")
-                return node.value
-            raise _Unusable(node, f"unsupported YAML tag `{node.tag}` in a result",
-                            "results are JSON-like: mappings, lists, text, numbers, booleans, null")
-        if isinstance(node, SequenceNode):
-            return [self.data(item, stack) for item in node.value]
-        if isinstance(node, MappingNode):
-            out: dict[str, Any] = {}
-            for key, value in node.value:
-                if not isinstance(key, ScalarNode) or key.tag == _TAG + "merge":
-                    raise _Unusable(key, "a key in a result must be plain text",
-                                    "merge keys (<<) and complex keys are not supported")
-                out[key.value] = self.data(value, stack)
-            return out
-        raise _Unusable(node, "unsupported YAML node in a result", "")  # pragma: no cover
-
-    def result(self, node: Node) -> Any:
-        try:
-            return self.data(node)
-        except _Unusable as e:
-            if e.message:
-                self.problem(e.node, e.message, e.hint)
-            return None
 
     # -- sections ----------------------------------------------------------------
 
@@ -343,12 +169,18 @@ class _Walker:
         self.check_duplicate_tools(tools, mcp)
 
         strict = False
+        strict_location: Location | None = None
         if "strict" in entries:
             strict = bool(self.boolean(entries["strict"][1], "`strict`"))
+            strict_location = self.loc(entries["strict"][0])
         allow_error_turns = False
         if "allow_error_turns" in entries:
             allow_error_turns = bool(self.boolean(entries["allow_error_turns"][1],
                                                   "`allow_error_turns`"))
+        strict_mocks = False
+        if "strict_mocks" in entries:
+            strict_mocks = bool(self.boolean(entries["strict_mocks"][1], "`strict_mocks`"))
+        pricing = self.pricing(entries["pricing"][1]) if "pricing" in entries else ()
 
         cassette = default_cassette_path(self.spec_path)
         if "cassette" in entries:
@@ -379,6 +211,9 @@ class _Walker:
         if "steps" in entries:
             declared = {t.name for t in tools} | {t.name for s in mcp for t in s.tools}
             steps = self.steps(entries["steps"][0], entries["steps"][1], declared)
+            check_context(self, steps, route=agent.route if agent is not None else None,
+                          priced=bool(pricing), prompts=sum(isinstance(s, PromptStep) for s in steps),
+                          pricing_hint=_PRICING_HINT)
         else:
             self.problem(root, "the spec has no `steps`",
                          "add `steps:` with a `- prompt: …` and the assertions to check")
@@ -400,6 +235,9 @@ class _Walker:
             on_compare=on_compare,
             location=self.loc(root),
             allow_error_turns=allow_error_turns,
+            strict_location=strict_location,
+            pricing=pricing,
+            strict_mocks=strict_mocks,
         )
 
     def agent(self, key: Node, node: Node) -> AgentSpec | None:
@@ -409,7 +247,7 @@ class _Walker:
         self.check_keys(entries, _AGENT_KEYS, "`agent`")
         command = url = None
         if "command" in entries:
-            command = self.template(entries["command"][1], "`agent.command`")
+            command = self.template(entries["command"][1], "`agent.command`", handles=True)
         if "url" in entries:
             url_node = entries["url"][1]
             url = self.template(url_node, "`agent.url`")
@@ -424,6 +262,10 @@ class _Walker:
                          "add `command: <how to start the agent>` or `url: <where it listens>`")
 
         env: list[tuple[str, str]] = []
+        base_url_uses: list[tuple[Node, str]] = []
+        if command is not None:
+            base_url_uses += [(entries["command"][1], h) for h in handle_names(command)
+                              if h.startswith(BASE_URL_HANDLE)]
         if "env" in entries:
             env_entries = self.mapping(entries["env"][1], "`agent.env`")
             for name, (env_key, value_node) in (env_entries or {}).items():
@@ -431,13 +273,14 @@ class _Walker:
                     self.problem(env_key, f"`{name}` is not a valid environment variable name",
                                  "use letters, digits and underscores")
                     continue
-                if isinstance(value_node, ScalarNode) and value_node.tag == _NULL:
+                if isinstance(value_node, ScalarNode) and value_node.tag == NULL:
                     self.problem(env_key, f"`agent.env.{name}` has no value",
                                  f'write `{name}: ""` for an empty value')
                     continue
                 value = self.text(value_node, f"`agent.env.{name}`", allow_empty=True)
-                if value is not None and self.check_variable_syntax(value_node, value):
+                if value is not None and self.check_variable_syntax(value_node, value, handles=True):
                     env.append((name, value))
+                    base_url_uses += [(value_node, h) for h in handle_names(value) if h.startswith(BASE_URL_HANDLE)]
 
         timeout = DEFAULT_TIMEOUT
         if "timeout" in entries:
@@ -458,6 +301,12 @@ class _Walker:
                 self.problem(route_node, f"unknown route `{value}`", suggest(value, _ROUTES))
             elif value is not None:
                 route = Route(value)
+        if route != Route.BASE_URL:
+            # A base-URL handle is the address of a reverse listener, which only that route opens.
+            for use_node, handle in base_url_uses:
+                self.problem(use_node, f"`${{{handle}}}` is a base-URL listener, which flowproof "
+                             "opens for `agent.route: base_url` only",
+                             "add `route: base_url` under `agent:`")
 
         if command is None and url is None:
             return None
@@ -475,7 +324,7 @@ class _Walker:
         items = self.sequence(node, what)
         tools: list[ToolMock] = []
         for item in items or []:
-            if isinstance(item, ScalarNode) and item.tag != _NULL:
+            if isinstance(item, ScalarNode) and item.tag != NULL:
                 self.problem(item, f"a {what} entry must be a mapping, found `{item.value}`",
                              f"write `- name: {item.value}`")
                 continue
@@ -607,7 +456,7 @@ class _Walker:
         known = _preset_names()
         names: set[str] = set()
         for item in self.sequence(node, "`volatile`") or []:
-            if isinstance(item, ScalarNode) and item.tag != _NULL:
+            if isinstance(item, ScalarNode) and item.tag != NULL:
                 if item.value not in known:
                     self.problem(item, f"unknown volatile preset `{item.value}`",
                                  suggest(item.value, known))
@@ -699,184 +548,29 @@ class _Walker:
         return VolatileRule(name=name, path=path, segments=segments, pattern=pattern,
                             location=self.loc(item))
 
-    def steps(self, key: Node, node: Node, declared: set[str]) -> tuple[Step, ...]:
-        items = self.sequence(node, "`steps`")
-        if items is None:
-            return ()
-        if not items:
-            self.problem(node if isinstance(node, SequenceNode) else key,
-                         "`steps` is empty", "add a `- prompt: …` step and its assertions")
-            return ()
-        steps: list[Step] = []
-        failed = False
-        for item in items:
-            step = self.step(item, declared)
-            if step is not None:
-                steps.append(step)
-            failed = failed or step is None
-        # A step that failed to parse may have been meant as the prompt: say only that.
-        if not self.saw_prompt and not failed:
-            self.problem(key, "the flow has no `prompt` step",
-                         "add `- prompt: <what the user says to the agent>`")
-        return tuple(steps)
-
-    def step(self, item: Node, declared: set[str]) -> Step | None:
-        if isinstance(item, ScalarNode):
-            self.problem(item, f"a step must be `<kind>: <text>`, found {_kind(item)}",
-                         "e.g. `- prompt: …` or `- assert_tool_call: <tool>`")
-            return None
-        entries = self.mapping(item, "a step")
-        if entries is None:
-            return None
-        if not entries:
-            self.problem(item, "a step is empty", "e.g. `- prompt: …`")
-            return None
-        (kind, (key, value)), *others = entries.items()
-        for other, (other_key, _) in others:
-            self.problem(other_key, f"a step has one key, found `{kind}` and `{other}`",
-                         "start each step on its own `- ` line")
-        if kind not in _STEP_KEYS:
-            self.problem(key, f"unknown step `{kind}`", suggest(kind, _STEP_KEYS))
-            return None
-        if kind == "prompt":
-            self.saw_prompt = True
-            text = self.template(value, "`prompt`")
-            return None if text is None else PromptStep(text=text, location=self.loc(key))
-        line = self.text(value, f"`{kind}`")
-        if line is None:
-            return None
-        assert isinstance(value, ScalarNode)
-        origin, exact = self.text_origin(value)
-        if kind == "assert":
-            try:
-                reply = parse_reply_line(line, origin, offsets=exact)
-            except SpecError as e:
-                self.absorb(e)
-                return None
-            return ReplyAssertion(text=reply, source=line, location=self.loc(key))
-        try:
-            tool, clauses = parse_tool_line(line, origin, keyword=kind, offsets=exact)
-        except SpecError as e:
-            self.absorb(e)
-            return None
-        if declared and tool not in declared:
-            self.problem(value, f"`{tool}` is not a declared tool",
-                         suggest(tool, sorted(declared)) + " (declare it under `tools:` or "
-                         "`mcp:`; an entry without `result:` only declares it)",
-                         origin.col - self.loc(value).col)
-            return None
-        return ToolCallAssertion(tool=tool, clauses=clauses, negated=kind == "assert_no_tool_call",
-                                 source=line, location=self.loc(key))
-
-
-class _Unusable(Exception):
-    """Internal: a result value that cannot become plain data (reported at ``node``)."""
-
-    def __init__(self, node: Node, message: str, hint: str) -> None:
-        super().__init__(message)
-        self.node = node
-        self.message = message
-        self.hint = hint
-
-
-def _yaml_problem(display: str, text: str, error: yaml.YAMLError) -> SpecProblem:
-    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
-    if mark is not None:
-        line, col = mark.line + 1, mark.column + 1
-    else:
-        # A ReaderError (a character YAML forbids) carries only a character position.
-        position = getattr(error, "position", 0) or 0
-        line = text.count("\n", 0, position) + 1
-        col = position - (text.rfind("\n", 0, position) + 1) + 1
-    if isinstance(error, yaml.MarkedYAMLError):
-        message = error.problem or error.context or "invalid YAML"
-        if error.context and error.problem:
-            message = f"{error.problem} ({error.context})"
-    else:
-        message = str(error).splitlines()[0]
-    return SpecProblem(display, line, col, f"invalid YAML: {message}",
-                       "fix the YAML syntax here (a `:` or `- ` inside text needs quotes)")
-
-
-class _CountingLoader(yaml.SafeLoader):
-    """A SafeLoader that remembers every alias it composes (where, and which node)."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self.aliases: list[tuple[yaml.Mark, Node]] = []
-
-    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]
-            node = super().compose_node(parent, index)
-            if node is not None:
-                self.aliases.append((event.start_mark, node))
-                if len(self.aliases) > MAX_ALIASES:
-                    raise _TooManyAliases(event.start_mark)
-            return node
-        return super().compose_node(parent, index)
-
-
-class _TooManyAliases(Exception):
-    def __init__(self, mark: yaml.Mark) -> None:
-        super().__init__("too many aliases")
-        self.mark = mark
-
-
-def _expanded_size(root: Node) -> dict[int, tuple[int, int]]:
-    """(nodes, characters) each node expands to once aliases are followed, by node id.
-
-    Memoized on node identity, so it costs the size of the document as written, not as
-    expanded. Cycles (an alias inside its own anchor) count as one node here; the
-    walker reports them.
-    """
-    sizes: dict[int, tuple[int, int]] = {}
-    visiting: set[int] = set()
-
-    def size(node: Node) -> tuple[int, int]:
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        if key in visiting:
-            return 1, 0
-        visiting.add(key)
-        nodes, chars = 1, 0
-        if isinstance(node, ScalarNode):
-            chars = len(node.value)
-        else:
-            children: list[Node] = []
-            if isinstance(node, SequenceNode):
-                children = list(node.value)
-            elif isinstance(node, MappingNode):
-                children = [n for pair in node.value for n in pair]
-            for child in children:
-                n, c = size(child)
-                nodes, chars = nodes + n, chars + c
-        visiting.discard(key)
-        sizes[key] = (nodes, chars)
-        return nodes, chars
-
-    size(root)
-    return sizes
-
-
-def _check_expansion(display: str, root: Node, aliases: list[tuple[yaml.Mark, Node]]) -> None:
-    if not aliases:
-        return
-    sizes = _expanded_size(root)
-    nodes, chars = sizes[id(root)]
-    if nodes <= MAX_EXPANDED_NODES and chars <= MAX_EXPANDED_CHARS:
-        return
-    # Blame the alias that copies the most.
-    mark, _ = max(aliases, key=lambda a: sizes.get(id(a[1]), (0, 0)))
-    what = (f"{nodes:,} values" if nodes > MAX_EXPANDED_NODES
-            else f"{chars:,} characters of text")
-    raise SpecError([SpecProblem(
-        display, mark.line + 1, mark.column + 1,
-        f"YAML aliases expand the spec to {what}, over the limit of "
-        f"{MAX_EXPANDED_NODES:,} values and {MAX_EXPANDED_CHARS:,} characters "
-        "(nested anchors multiply: an alias bomb)",
-        "write the data out, or use fewer nested aliases")])
+    def pricing(self, node: Node) -> tuple[Price, ...]:
+        """``pricing:``: model name -> ``{input, output, cache_read?, cache_write?}`` USD per million."""
+        entries = self.mapping(node, "`pricing`")
+        prices: list[Price] = []
+        for model, (key, value) in (entries or {}).items():
+            fields = self.mapping(value, f"the price of `{model}`")
+            if fields is None:
+                continue
+            self.check_keys(fields, _PRICE_KEYS, f"the price of `{model}`")
+            amounts: dict[str, float | None] = {}
+            for field in _PRICE_KEYS:
+                if field in fields:
+                    amounts[field] = self.amount(fields[field][1], f"`pricing.{model}.{field}`")
+                elif field in ("input", "output"):
+                    self.problem(key, f"the price of `{model}` has no `{field}`",
+                                 f"add `{field}: <USD per million tokens>`")
+            if amounts.get("input") is None or amounts.get("output") is None:
+                continue
+            prices.append(Price(model=model, input=amounts["input"] or 0.0,
+                                output=amounts["output"] or 0.0,
+                                cache_read=amounts.get("cache_read"),
+                                cache_write=amounts.get("cache_write"), location=self.loc(key)))
+        return tuple(prices)
 
 
 def parse_spec(text: str, path: Path | str) -> FlowSpec:
@@ -888,28 +582,7 @@ def parse_spec(text: str, path: Path | str) -> FlowSpec:
     """
     display = str(path)
     spec_path = Path(path).absolute()
-    if len(text) > MAX_SPEC_BYTES:
-        raise _too_big(display, len(text))
-    loader: _CountingLoader | None = None
-    try:
-        # Inside the try: the reader checks the characters as soon as it is built.
-        loader = _CountingLoader(text)
-        root = loader.get_single_node()
-        if root is not None:
-            _check_expansion(display, root, loader.aliases)
-    except _TooManyAliases as e:
-        raise SpecError([SpecProblem(
-            display, e.mark.line + 1, e.mark.column + 1,
-            f"the spec uses more than {MAX_ALIASES} YAML aliases",
-            "write the data out instead of referring to anchors")]) from None
-    except yaml.YAMLError as e:
-        raise SpecError([_yaml_problem(display, text, e)]) from None
-    except RecursionError:
-        raise SpecError([SpecProblem(display, 1, 1, "the YAML nests too deeply",
-                                     "flatten the document")]) from None
-    finally:
-        if loader is not None:
-            loader.dispose()
+    root = compose(text, display)
     if root is None:
         raise SpecError([SpecProblem(display, 1, 1, "the spec is empty",
                                      "start with `name:`, `agent:` and `steps:`")])
@@ -926,13 +599,6 @@ def parse_spec(text: str, path: Path | str) -> FlowSpec:
     return spec
 
 
-def _too_big(display: str, size: int) -> SpecError:
-    return SpecError([SpecProblem(
-        display, 1, 1,
-        f"the spec file is {size:,} bytes, over the {MAX_SPEC_BYTES:,}-byte limit",
-        "a spec is prose and small tool results: move large data out of it")])
-
-
 def load_spec(path: Path | str) -> FlowSpec:
     """Read and validate a flow spec file.
 
@@ -940,30 +606,4 @@ def load_spec(path: Path | str) -> FlowSpec:
     to do``), including YAML syntax errors and a missing or unreadable file.
     ``${VAR}`` references are kept; call ``resolve_variables`` before running.
     """
-    display = str(path)
-    try:
-        # A huge file is refused from its size, in milliseconds, not parsed for minutes; a FIFO
-        # or a device (/dev/zero) is refused before a byte is read (it would hang or never end).
-        text = read_regular_file(path, MAX_SPEC_BYTES).decode("utf-8")
-        # As a file opened as text reads it (universal newlines): CRLF specs parse as before.
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    except UnreadableFileError as e:
-        if e.kind is None:
-            raise _too_big(display, e.size or 0) from None
-        if e.kind == "a directory":
-            raise SpecError([SpecProblem(display, 1, 1, "the spec path is a directory",
-                                         "name a *.flow.yaml file")]) from None
-        raise SpecError([SpecProblem(display, 1, 1, f"the spec path is {e.kind}, not a regular file",
-                                     "name a *.flow.yaml file")]) from None
-    except FileNotFoundError:
-        raise SpecError([SpecProblem(display, 1, 1, "the spec file does not exist",
-                                     "check the path")]) from None
-    except UnicodeDecodeError as e:
-        raise SpecError([SpecProblem(display, 1, 1,
-                                     f"the spec file is not UTF-8 text (byte {e.start})",
-                                     "save it as UTF-8")]) from None
-    except OSError as e:
-        raise SpecError([SpecProblem(display, 1, 1,
-                                     f"cannot read the spec file: {e.strerror or e}",
-                                     "check that the file exists and is readable")]) from None
-    return parse_spec(text, path)
+    return parse_spec(read_limited(path), path)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from flowproof.spec.patterns import BoundedPattern
 
@@ -85,7 +85,127 @@ class ReplyAssertion:
     location: Location
 
 
-Step = PromptStep | ToolCallAssertion | ReplyAssertion
+@dataclass(frozen=True, slots=True)
+class ToolPattern:
+    """One tool line inside a step that lists several: a tool name and its ``where`` clauses."""
+
+    tool: str
+    clauses: tuple[Clause, ...]
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentAssertion:
+    """``assert_subagent: NAME``: a spawn call names NAME, its sub-agent ran, and its result
+    reached the parent (docs/subagents.md)."""
+
+    name: str
+    source: str
+    location: Location
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelCallsAssertion:
+    """``assert_parallel_tool_calls: a, b where …``: one model turn asked for all of them at once."""
+
+    calls: tuple[ToolPattern, ...]
+    source: str
+    location: Location
+
+
+@dataclass(frozen=True, slots=True)
+class EgressAssertion:
+    """``assert_no_egress`` (``: except HOST, *.DOMAIN``): the agent reached no host but its
+    model APIs, its ``mcp:`` servers and the hosts listed (``fnmatch`` patterns, lowercase)."""
+
+    allowed: tuple[str, ...]
+    source: str
+    location: Location
+
+
+@dataclass(frozen=True, slots=True)
+class SecretLeakAssertion:
+    """``assert_no_secret_leak: ${NAME}``: the value is in no request the agent sent, to any host.
+
+    ``value`` is a template until ``resolve_variables`` fills it in; ``label`` is how reports
+    name it (the ``${NAME}`` written, or the step's place when the spec holds a literal):
+    the value itself is never shown.
+    """
+
+    value: str
+    label: str
+    source: str
+    location: Location
+
+
+class Metric(StrEnum):
+    """What a budget assertion counts (``assert: <metric> at most <n>``)."""
+
+    MODEL_CALLS = "model calls"
+    TOOL_CALLS = "tool calls"
+    TOKENS = "tokens"
+    INPUT_TOKENS = "input tokens"
+    OUTPUT_TOKENS = "output tokens"
+    COST = "cost"
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetAssertion:
+    """``assert: model calls at most 6`` (also ``at least``); cost is in USD from ``pricing:``."""
+
+    metric: Metric
+    bound: Literal["at most", "at least"]
+    limit: float
+    source: str
+    location: Location
+
+
+@dataclass(frozen=True, slots=True)
+class CachePrefixAssertion:
+    """``assert: cache prefix stable``: in each conversation every request starts with the
+    previous request's prefix, in the provider's cache order."""
+
+    source: str
+    location: Location
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentScope:
+    """``in: subagent NAME`` (every sub-agent NAME names), or ``subagent NAME #N`` (the Nth)."""
+
+    name: str
+    ordinal: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PromptScope:
+    """``in: prompt K``: the calls made while answering the spec's K-th prompt (1-based)."""
+
+    number: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeStep:
+    """``in: <scope>`` with its own ``steps:``, checked against only the scope's calls."""
+
+    scope: SubagentScope | PromptScope
+    steps: tuple[Step, ...]
+    source: str
+    location: Location
+
+
+Step = (
+    PromptStep
+    | ToolCallAssertion
+    | ReplyAssertion
+    | SubagentAssertion
+    | ParallelCallsAssertion
+    | EgressAssertion
+    | SecretLeakAssertion
+    | BudgetAssertion
+    | CachePrefixAssertion
+    | ScopeStep
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +261,20 @@ class VolatileRule:
 
 
 @dataclass(frozen=True, slots=True)
+class Price:
+    """A ``pricing:`` entry: USD per million tokens for one model name (as requests name it).
+
+    ``cache_read`` and ``cache_write`` default to ``input`` when the spec gives none."""
+
+    model: str
+    input: float
+    output: float
+    cache_read: float | None
+    cache_write: float | None
+    location: Location
+
+
+@dataclass(frozen=True, slots=True)
 class FlowSpec:
     """A whole flow spec file."""
 
@@ -160,6 +294,17 @@ class FlowSpec:
     location: Location = field(compare=False, default=Location("", 1, 1))
     #: The flow tests error handling: a recording whose turns hold an HTTP error status is kept.
     allow_error_turns: bool = False
+    #: USD per million tokens by model name, for ``assert: cost …``.
+    pricing: tuple[Price, ...] = ()
+    #: A ``tools:`` or ``mcp:`` mock that never fired fails the run.
+    strict_mocks: bool = False
+
+    @property
+    def secrets(self) -> tuple[SecretLeakAssertion, ...]:
+        """Every ``assert_no_secret_leak`` step (they are flow-level: never inside ``in:``)."""
+        return tuple(s for s in self.steps if isinstance(s, SecretLeakAssertion))
+    #: Where `strict:` is written: a strict failure points there, not at the top of the file.
+    strict_location: Location | None = field(compare=False, default=None)
 
     @property
     def prompts(self) -> tuple[PromptStep, ...]:

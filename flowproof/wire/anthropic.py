@@ -30,6 +30,7 @@ from flowproof.errors import WireError
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
 from flowproof.wire._json import FieldReader, compact_dumps, error_message, event_type, json_kind
 from flowproof.wire.sse import SSEEvent
+from flowproof.wire.usage import anthropic_usage
 
 __all__ = ["CODEC", "AnthropicCodec"]
 
@@ -259,6 +260,7 @@ class AnthropicCodec:
             finish_reason=_finish(stop_reason),
             raw_finish_reason=stop_reason,
             model=_opt_str(data.get("model"), "model"),
+            usage=anthropic_usage(data.get("usage")),
         )
 
     def parse_events(self, events: Sequence[SSEEvent]) -> ResponseView:
@@ -275,6 +277,7 @@ class AnthropicCodec:
         stop_reason: str | None = None
         error_type: str | None = None
         errored = False
+        usage: list[Any] = []
         for i, event in enumerate(events):
             where = f"events[{i}]"
             if not event.data.strip():
@@ -286,6 +289,7 @@ class AnthropicCodec:
             if kind == "message_start":
                 message = _object(payload.get("message"), f"{where}.message")
                 model = _opt_str(message.get("model"), f"{where}.message.model")
+                usage.append(message.get("usage"))
                 reason = _opt_str(message.get("stop_reason"), f"{where}.message.stop_reason")
                 stop_reason = reason or stop_reason
             elif kind == "content_block_start":
@@ -318,6 +322,7 @@ class AnthropicCodec:
                     blocks[index].partial_json.append(fragment)
                 # thinking_delta, signature_delta, citations_delta carry no reply text.
             elif kind == "message_delta":
+                usage.append(payload.get("usage"))
                 delta = _object(payload.get("delta"), f"{where}.delta")
                 reason = _opt_str(delta.get("stop_reason"), f"{where}.delta.stop_reason")
                 stop_reason = reason or stop_reason
@@ -351,6 +356,7 @@ class AnthropicCodec:
             finish_reason=finish,
             raw_finish_reason=raw_reason,
             model=model,
+            usage=anthropic_usage(*usage),
         )
 
     @staticmethod

@@ -31,6 +31,7 @@ from flowproof.errors import WireError
 from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
 from flowproof.wire._json import FieldReader, compact_dumps, error_message, event_payload
 from flowproof.wire.sse import SSEEvent
+from flowproof.wire.usage import gemini_usage
 
 __all__ = ["CODEC", "GeminiCodec", "model_from_path"]
 
@@ -126,6 +127,7 @@ class _Chunks:
         self.model: str | None = None
         self.error: str | None = None
         self.seen_candidates = False
+        self.usage: Any = None
 
     def add(self, chunk: Any, where: str) -> None:
         chunk = _object(chunk, where)
@@ -137,6 +139,9 @@ class _Chunks:
         model = chunk.get("modelVersion")
         if isinstance(model, str):
             self.model = model
+        metadata, _ = _get(chunk, "usageMetadata", "usage_metadata")
+        if isinstance(metadata, dict):
+            self.usage = metadata  # cumulative: the last chunk's is the call's
         feedback, key = _get(chunk, "promptFeedback", "prompt_feedback")
         if feedback is not None:
             feedback = _object(feedback, f"{where}.{key}")
@@ -204,6 +209,7 @@ class _Chunks:
             finish_reason=finish,
             raw_finish_reason=raw,
             model=self.model,
+            usage=gemini_usage(self.usage),
         )
 
 

@@ -27,6 +27,7 @@ from flowproof.wire._json import (
     substitute_outputs,
 )
 from flowproof.wire.sse import SSEEvent
+from flowproof.wire.usage import chat_usage, with_usage
 
 NAME = "openai-chat"
 
@@ -222,6 +223,9 @@ class OpenAIChatCodec:
     def parse_response(self, body: bytes) -> ResponseView:
         """The view of a non-streamed ``chat.completion`` body (or an error body)."""
         data = load_json_body(NAME, body, "response body")
+        return with_usage(self._response_view(data), chat_usage(data.get("usage")))
+
+    def _response_view(self, data: dict[str, Any]) -> ResponseView:
         if "choices" not in data and isinstance(data.get("error"), dict):
             return _error_view(data["error"], optional_str(data.get("model")))
         if "choices" not in data:
@@ -275,6 +279,11 @@ class OpenAIChatCodec:
 
     def parse_events(self, events: Sequence[SSEEvent]) -> ResponseView:
         """Assemble a chat completion stream as the openai SDK does, up to ``data: [DONE]``."""
+        usage: list[Any] = []
+        view = self._stream_view(events, usage)
+        return with_usage(view, chat_usage(usage[-1]) if usage else None)
+
+    def _stream_view(self, events: Sequence[SSEEvent], usage: list[Any]) -> ResponseView:
         text: list[str] = []
         refusal: list[str] = []
         calls: dict[Any, _PartialCall] = {}
@@ -293,6 +302,8 @@ class OpenAIChatCodec:
                 continue
             if model is None:
                 model = optional_str(chunk.get("model"))
+            if isinstance(chunk.get("usage"), dict):
+                usage.append(chunk["usage"])
             choices = chunk.get("choices")
             if not isinstance(choices, list):
                 continue  # e.g. a usage-only chunk from some gateways

@@ -31,6 +31,7 @@ from flowproof.wire._json import (
 from flowproof.wire.openai_chat import openai_error_body, wants_stream
 from flowproof.wire.providers import provider
 from flowproof.wire.sse import SSEEvent
+from flowproof.wire.usage import responses_usage, with_usage
 
 NAME = "openai-responses"
 
@@ -316,6 +317,9 @@ class OpenAIResponsesCodec:
         return self._response_view(data, "response body")
 
     def _response_view(self, data: dict[str, Any], where: str) -> ResponseView:
+        return with_usage(self._plain_view(data, where), responses_usage(data.get("usage")))
+
+    def _plain_view(self, data: dict[str, Any], where: str) -> ResponseView:
         model = optional_str(data.get("model"))
         if "output" not in data and "status" not in data and isinstance(data.get("error"), dict):
             return _error_view(data["error"], model)

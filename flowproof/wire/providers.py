@@ -13,7 +13,9 @@ to know a provider reads it from here, never from a list of its own:
   send there (``base_url_aliases``);
 - the volatile-rule refusal list of the spec loader (``system_roots``,
   ``message_roots``, ``tool_roots``, ``model_roots``, ``content_keys``);
-- the cassette header allow-list (``allowed_headers``).
+- the cassette header allow-list (``allowed_headers``);
+- the prompt-cache order the cache-prefix rule compares requests in
+  (``cache_order``, ``cache_ignored_keys``; `flowproof.wire.prefix`).
 
 Pure data: no I/O, no imports beyond the standard library. The fake model
 server in ``flowproof.testing`` deliberately keeps its own copy of these facts,
@@ -35,6 +37,7 @@ __all__ = [
     "ConversationVocabulary",
     "Provider",
     "allowed_headers",
+    "base_url_families",
     "base_url_path",
     "base_url_vars",
     "conversation_vocabulary",
@@ -84,6 +87,15 @@ class Provider:
     #: ``/messages``), each with the API path it stands for; may be empty. The request goes
     #: upstream, and into the cassette, as that API path.
     base_url_aliases: tuple[tuple[str, str], ...]
+    #: The name a spec gives this API's base URL for a variable of its own choosing:
+    #: ``${flowproof.base_url.<family>}`` (APIs on one base URL share it).
+    family: str
+    #: Python modules of the SDKs that speak this API (``flowproof init`` reads an agent's imports).
+    python_modules: tuple[str, ...]
+    #: npm packages of the SDKs that speak this API.
+    node_packages: tuple[str, ...]
+    #: The variable those SDKs read the key from, named in the advice to record.
+    sdk_key_var: str
     #: Every variable the official clients read this provider's key (or token) from, in the
     #: order they read them: a key in an earlier variable shadows one in a later variable.
     key_vars: tuple[str, ...]
@@ -103,6 +115,12 @@ class Provider:
     #: Header names (lowercase) a cassette may keep, request or response. An allow-list:
     #: a header nobody thought of cannot leak.
     allowed_headers: tuple[str, ...]
+    #: The body roots the provider's prompt cache reads, in its order: a request reuses the
+    #: cache only while it starts with the previous request's bytes in this order.
+    cache_order: tuple[str, ...]
+    #: Keys inside those roots that are not part of the cached prefix (Anthropic's
+    #: ``cache_control`` markers: Claude Code moves them to the newest message every turn).
+    cache_ignored_keys: tuple[str, ...] = ()
 
 
 # The OpenAI family: Chat Completions and Responses share hosts, base URL and keys.
@@ -133,6 +151,10 @@ PROVIDERS: tuple[Provider, ...] = (
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
         base_url_aliases=(),
+        family="openai",
+        python_modules=("openai", "agents"),
+        node_packages=("openai", "@openai/agents"),
+        sdk_key_var="OPENAI_API_KEY",
         key_vars=_OPENAI_KEYS,
         placeholder_vars=_OPENAI_KEYS,
         system_roots=(),
@@ -144,6 +166,9 @@ PROVIDERS: tuple[Provider, ...] = (
             "function_call", "arguments",
         ),
         allowed_headers=_OPENAI_HEADERS,
+        # OpenAI caches the longest prefix of the prompt: tools, then the messages (the system
+        # and developer messages are the first of them).
+        cache_order=("tools", "messages"),
     ),
     Provider(
         name="openai-responses",
@@ -155,6 +180,10 @@ PROVIDERS: tuple[Provider, ...] = (
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
         base_url_aliases=(),
+        family="openai",
+        python_modules=("openai", "agents"),
+        node_packages=("openai", "@openai/agents"),
+        sdk_key_var="OPENAI_API_KEY",
         key_vars=_OPENAI_KEYS,
         placeholder_vars=_OPENAI_KEYS,
         system_roots=("instructions",),
@@ -165,6 +194,7 @@ PROVIDERS: tuple[Provider, ...] = (
             "content", "text", "role", "name", "type", "arguments", "output", "summary",
         ),
         allowed_headers=_OPENAI_HEADERS,
+        cache_order=("tools", "instructions", "input"),
     ),
     Provider(
         name="anthropic",
@@ -175,6 +205,10 @@ PROVIDERS: tuple[Provider, ...] = (
         base_url_host="api.anthropic.com",
         base_url_vars=(BaseUrlVar("ANTHROPIC_BASE_URL", ""),),
         base_url_aliases=(("/messages", "/v1/messages"),),
+        family="anthropic",
+        python_modules=("anthropic", "claude_agent_sdk"),
+        node_packages=("@anthropic-ai/sdk", "@anthropic-ai/claude-agent-sdk"),
+        sdk_key_var="ANTHROPIC_API_KEY",
         # The anthropic SDK (2.x) uses ANTHROPIC_API_KEY and ignores ANTHROPIC_AUTH_TOKEN when
         # both are set; Claude Code reads the same two, and its own login token.
         key_vars=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
@@ -188,6 +222,9 @@ PROVIDERS: tuple[Provider, ...] = (
             "result",
         ),
         allowed_headers=("content-type", "anthropic-version", "anthropic-beta"),
+        # Anthropic's prompt caching documents the prefix order: tools, system, then messages.
+        cache_order=("tools", "system", "messages"),
+        cache_ignored_keys=("cache_control",),
     ),
     Provider(
         name="gemini",
@@ -205,6 +242,10 @@ PROVIDERS: tuple[Provider, ...] = (
         base_url_host="generativelanguage.googleapis.com",
         base_url_vars=(BaseUrlVar("GOOGLE_GEMINI_BASE_URL", ""),),
         base_url_aliases=(),
+        family="gemini",
+        python_modules=("google.genai", "google.generativeai"),
+        node_packages=("@google/genai", "@google/generative-ai"),
+        sdk_key_var="GEMINI_API_KEY",
         # google-genai reads GOOGLE_API_KEY before GEMINI_API_KEY (and warns when both are set).
         key_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
         placeholder_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
@@ -217,6 +258,9 @@ PROVIDERS: tuple[Provider, ...] = (
             "functionResponse", "function_call", "function_response", "data",
         ),
         allowed_headers=("content-type", "x-goog-api-version"),
+        # Gemini documents only that a cached context is the prompt's beginning; flowproof reads
+        # its parts in the order the other providers cache them.
+        cache_order=("tools", "systemInstruction", "system_instruction", "contents"),
     ),
 )
 
@@ -270,6 +314,17 @@ def base_url_path(host: str, path: str) -> str | None:
 
 
 _ALIASES = {(p.base_url_host, alias): api for p in PROVIDERS for alias, api in p.base_url_aliases}
+
+
+def base_url_families() -> tuple[tuple[str, str, str], ...]:
+    """``(family, upstream host, path suffix)`` of every base URL, once per family: what
+    ``${flowproof.base_url.<family>}`` becomes (the reverse listener plus the suffix the
+    official client's variable carries, ``/v1`` for OpenAI)."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    for p in PROVIDERS:
+        suffix = p.base_url_vars[0].suffix if p.base_url_vars else ""
+        seen.setdefault(p.family, (p.family, p.base_url_host, suffix))
+    return tuple(seen.values())
 
 
 def allowed_headers() -> frozenset[str]:

@@ -73,17 +73,18 @@ class TestOptions:
 
 class TestComposition:
     def test_the_mode_selects_the_one_concern_before_the_log(self, harness: Harness, tmp_path: Path):
-        """Configuring a mode makes its concern the root's child after the MCP boundary, and the
-        event log the last."""
+        """Configuring a mode makes its concern the root's child after the witness and the MCP
+        boundary, and the event log the last."""
         from flowproof.addon.mcp import McpBoundary
+        from flowproof.addon.witness import Witness
 
         root = harness.addon.root
         harness.configure(flowproof_mode="record", flowproof_cassette=str(tmp_path / "c.json"))
-        assert [type(a) for a in root.addons] == [McpBoundary, Record, EventLog]
+        assert [type(a) for a in root.addons] == [Witness, McpBoundary, Record, EventLog]
         path = write_cassette(tmp_path / "r.json")
         harness.configure(flowproof_mode="compare", flowproof_cassette=str(path))
-        assert [type(a) for a in root.addons] == [McpBoundary, Compare, EventLog]
-        assert root.addons[0].shared is root.shared and root.addons[1].shared is root.shared
+        assert [type(a) for a in root.addons] == [Witness, McpBoundary, Compare, EventLog]
+        assert all(a.shared is root.shared for a in root.addons[:3])
 
     def test_done_closes_the_log_after_the_concern_wrote(self, harness: Harness, tmp_path: Path):
         """The concern's done event is written, then the log is closed by its own done hook."""

@@ -71,6 +71,19 @@ class TestRouting:
             assert kinds(tmp_path / "a.jsonl") == ["request_started", "turn"]
             assert kinds(tmp_path / "b.jsonl") == ["request_started", "turn"]
 
+    async def test_egress_hooks_reach_the_session_of_the_listener(self, tmp_path: Path) -> None:
+        """CONNECT and request headers are routed like requests: each session sees its own hosts."""
+        with taddons.context():
+            a = replay_session(tmp_path, "a", 1, 5001, "from A")
+            b = replay_session(tmp_path, "b", 2, 5002, "from B")
+            warm = router(tmp_path, a, b)
+            await warm.http_connect(on_port(model_flow(b"", host="exfil.example.test", method="CONNECT"), 5001))
+            await warm.requestheaders(on_port(model_flow(chat_body()), 5002))
+            for session in (a, b):
+                session.state.shared.events.close()
+            assert [e["host"] for e in read_log(tmp_path / "a.jsonl")] == ["exfil.example.test"]
+            assert [e["host"] for e in read_log(tmp_path / "b.jsonl")] == ["api.openai.com"]
+
     async def test_a_flow_on_no_open_session_is_refused_never_forwarded(self, tmp_path: Path) -> None:
         """A connection left on a closed (or unknown) listener gets a 502, not the real API."""
         with taddons.context():

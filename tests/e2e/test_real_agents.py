@@ -30,7 +30,7 @@ import pytest
 
 from flowproof.testing import FakeModelServer, Reply
 
-from .conftest import Flowproof, Ran, fingerprint, write_spec
+from .conftest import FLOWPROOF_RUN, Flowproof, Ran, fingerprint, write_spec
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.timeout(600)]
 
@@ -286,6 +286,138 @@ class TestClaudeCode:
         assert "replay divergence" in replayed.output
         changed = [line for line in replayed.output.splitlines() if "recorded" in line and "replayed" in line]
         assert any("plain" in line and "simple" in line for line in changed), replayed.output
+        assert fingerprint(cassette_of(spec)) == before
+
+
+# --- Claude Code with a sub-agent ----------------------------------------------------------
+
+FINDER_AGENT = """\
+---
+name: finder
+description: Finds booking codes in the repository.
+tools: Grep, Glob, Read
+---
+You are the finder. Search the repository for what you are asked and report it in one sentence.
+"""
+SPAWN_PROMPT = "Search the repository for the booking code (it starts with KQ) and report it."
+FINDER_ANSWER = "Found KQ311 in data/bookings.txt."
+PARENT_ANSWER = "The booking code is KQ311."
+
+
+def finder_project(folder: Path, claude: Path) -> Path:
+    """A project with a custom sub-agent (.claude/agents/finder.md), a data file it finds, and a
+    flow that asserts the sub-agent ran, what it did and what it answered."""
+    (folder / ".claude" / "agents").mkdir(parents=True)
+    (folder / ".claude" / "agents" / "finder.md").write_text(FINDER_AGENT)
+    (folder / "data").mkdir()
+    (folder / "data" / "bookings.txt").write_text("KQ311 Nairobi\n")
+    command = " ".join([shlex.quote(str(claude)), "-p", "{prompt}", "--allowedTools", shlex.quote("Bash(echo:*)")])
+    return write_spec(folder / "finder.flow.yaml", "\n".join([
+        "name: Claude Code hands the search to its finder sub-agent",
+        "agent:",
+        f"  command: {json.dumps(command)}",
+        "  timeout: 180",
+        "volatile:",
+        "  - claude-code",
+        "steps:",
+        "  - prompt: Find the booking code in the repo and tell me.",
+        "  - assert_subagent: finder",
+        "  - in: subagent finder",
+        "    steps:",
+        "      - assert_tool_call: Grep where pattern contains KQ",
+        "      - assert: reply contains KQ311",
+        "  - assert: reply contains KQ311",
+    ]) + "\n")
+
+
+def finder_script() -> tuple[list[Reply], dict[str, list[Reply]]]:
+    """The parent spawns finder through the Agent tool and then answers; finder's own calls are
+    a lane of their own (its system prompt), and so is the session title."""
+    main = [
+        Reply.tool_call("Agent", {"description": "Find the booking code", "prompt": SPAWN_PROMPT,
+                                  "subagent_type": "finder"}),
+        Reply.text(PARENT_ANSWER),
+    ]
+    lanes = {
+        TITLE_SYSTEM: [Reply.text('{"title": "Find the booking code"}')],
+        "You are the finder": [Reply.tool_call("Grep", {"pattern": "KQ", "path": "data"}), Reply.text(FINDER_ANSWER)],
+    }
+    return main, lanes
+
+
+def copy_project(spec: Path, to: Path) -> Path:
+    """The whole project (the sub-agent's definition and its data too) copied into ``to``."""
+    shutil.copytree(spec.parent, to, dirs_exist_ok=True)
+    return to / spec.name
+
+
+@pytest.fixture(scope="module")
+def finder_recording(
+    real_agents: dict[str, Path], flowproof: Flowproof, tmp_path_factory: pytest.TempPathFactory
+) -> Recorded:
+    place = Place.fresh(tmp_path_factory.mktemp("finder-record"), "work", "project")
+    spec = finder_project(place.project, real_agents["claude"])
+    main, lanes = finder_script()
+    with FakeModelServer(main, lanes=lanes) as server:
+        recorded = run(flowproof, place, spec, "--record", "--json", "--upstream",
+                       f"api.anthropic.com={server.url}", keys=True)
+        assert recorded.code == 0, recorded.output
+        # The title, the parent's two turns and the sub-agent's two: every scripted reply was used.
+        assert server.remaining == 0 and len(server.model_requests) == 5
+    return Recorded(spec, cassette_of(spec).read_bytes())
+
+
+class TestClaudeCodeSubagent:
+    def test_the_recording_links_the_sub_agent_three_ways(self, finder_recording: Recorded) -> None:
+        """Spawn (the Agent call), thread (its first user message ends with the spawn prompt), result."""
+        turns = json.loads(finder_recording.cassette)["turns"]
+        children = [t for t in turns if "You are the finder" in body_text(t)]
+        assert len(children) == 2
+        first = children[0]["request"]["body"]["messages"][0]["content"]
+        assert len(first) >= 2 and first[-1]["text"] == SPAWN_PROMPT  # contains, not equals
+        back = turns[-1]["request"]["body"]["messages"][-1]["content"][0]
+        assert back["type"] == "tool_result" and FINDER_ANSWER in json.dumps(back)
+        assert "«volatile:agent_id»" in finder_recording.cassette.decode()
+
+    def test_replays_offline_with_its_scope_from_another_directory(
+        self, finder_recording: Recorded, flowproof: Flowproof, tmp_path: Path
+    ) -> None:
+        place = Place.fresh(tmp_path, "elsewhere", "checkout")
+        spec = copy_project(finder_recording.spec, place.project)
+        replayed = run(flowproof, place, spec, "--json")
+        assert replayed.code == 0, replayed.output
+        flow = replayed.report()["flows"][0]
+        (finder,) = flow["subagents"]
+        assert (finder["name"], finder["family"], finder["parent"], finder["turns"]) == (
+            "finder", "claude-code", None, [2, 3])
+        scoped = [s["source"] for s in flow["steps"] if s["scope"] == "in subagent finder #1"]
+        assert scoped == ["in subagent finder #1: Grep where pattern contains KQ",
+                          "in subagent finder #1: reply contains KQ311"]
+        assert all(s["passed"] for s in flow["steps"])
+        assert flow["reply"] == PARENT_ANSWER
+
+    def test_show_draws_the_tree(self, finder_recording: Recorded, flowproof: Flowproof) -> None:
+        shown = subprocess.run([str(Path(FLOWPROOF_RUN).with_name("flowproof")), "show",
+                                str(cassette_of(finder_recording.spec))],
+                               capture_output=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
+        assert shown.returncode == 0, shown.stderr.decode()
+        lines = shown.stdout.decode().splitlines()
+        assert lines[1:3] == ["the agent",
+                              "  └─ finder #1 (claude-code): spawned in turn 1, ran in turn(s) 2, 3, result in turn 4"]
+
+    def test_an_edit_inside_the_sub_agents_prompt_is_a_divergence_naming_it(
+        self, finder_recording: Recorded, flowproof: Flowproof, tmp_path: Path
+    ) -> None:
+        place = Place.fresh(tmp_path, "project")
+        spec = copy_project(finder_recording.spec, place.project)
+        definition = place.project / ".claude" / "agents" / "finder.md"
+        edited = definition.read_text().replace("Search the repository", "Carefully search the repository")
+        definition.write_text(edited)
+        before = fingerprint(cassette_of(spec))
+        replayed = run(flowproof, place, spec)
+        assert replayed.code == 3, replayed.output
+        assert "system.2.text: recorded \"You are the finder. Search the repository" in replayed.output
+        assert "is sub-agent finder #1's (spawned in turn 1): the change is inside that sub-agent" in replayed.output
         assert fingerprint(cassette_of(spec)) == before
 
 

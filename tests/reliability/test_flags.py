@@ -45,7 +45,7 @@ class TestFlags:
         ran = flowproof.run(spec(tmp_path), "--record", "--json", "--junit", junit, *flags, timeout=60)
         assert ran.code == 2, ran.output
         lines = [line for line in ran.stderr.splitlines() if line.strip()]
-        assert len(lines) == 1 and lines[0].startswith("flowproof: "), ran.output
+        assert len(lines) == 1 and lines[0].startswith("flowproof-run: "), ran.output
         assert "Traceback" not in ran.output and SECRET not in ran.output
         # Refused before anything ran: no flow report at all, and so no JUnit file.
         assert ran.stdout == "" and not junit.exists()

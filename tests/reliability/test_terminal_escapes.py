@@ -44,7 +44,7 @@ def record_hostile(examples: Path, flowproof: Flowproof, fake_model: Fake) -> Pa
 def flowproof_cli(flowproof: Flowproof, *args: str | Path) -> str:
     done = subprocess.run([FLOWPROOF, *map(str, args)], capture_output=True, timeout=60, check=False,
                           env=flowproof.env())
-    assert done.returncode == 0, done.stderr.decode()
+    assert done.returncode in (0, 1), done.stderr.decode()  # diff: 1 when the cassettes differ
     return (done.stdout + done.stderr).decode("utf-8", "surrogateescape")
 
 

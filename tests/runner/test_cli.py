@@ -132,6 +132,113 @@ class TestRun:
         assert res.exit_code == 2 and "FLOWPROOF_UPSTREAM" in res.output and "secret-pw" not in res.output
 
 
+class TestModes:
+    @pytest.mark.parametrize(
+        "flags",
+        [["--compare", "--record"], ["--replay", "--record"], ["--record", "--compare"],
+         ["--replay", "--compare"], ["--record-missing", "--record"], ["--record-missing", "--compare"]],
+    )
+    def test_two_mode_flags_are_a_usage_error(self, tmp_path: Path, fake_env, flags: list[str]) -> None:
+        """Two mode flags never mean "the last one wins" (which would rewrite a committed
+        cassette): exit 2 with one line naming both, and nothing runs or is written."""
+        spec = write_spec(tmp_path)
+        cassette = tmp_path / "booking.cassette.json"
+        cassette.write_text(cassette_text(BOOKING_TURNS))
+        before = cassette.read_bytes()
+        fake_env(events=turn_events(BOOKING_TURNS), cassette=cassette_text([BOOKING_TURNS[0]]))
+        res = CliRunner().invoke(run_command, [str(spec), *flags])
+        assert res.exit_code == 2, res.output
+        lines = [line for line in res.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and all(flag in lines[0] for flag in flags), res.output
+        assert "different modes" in lines[0] and "Traceback" not in res.output
+        assert cassette.read_bytes() == before
+
+    def test_a_mode_flag_given_twice_is_one_mode(self, tmp_path: Path, fake_env) -> None:
+        """The same flag twice is one mode, not a conflict."""
+        spec = write_spec(tmp_path)
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        res = invoke(run_command, [spec, "--replay", "--replay"])
+        assert res.exit_code == 0, res.output
+
+    def test_record_missing_records_only_the_flows_without_a_cassette(self, tmp_path: Path, fake_env) -> None:
+        """--record-missing records a flow whose cassette does not exist and replays the one
+        whose cassette does, leaving that cassette as it was."""
+        have = write_spec(tmp_path, name="have")
+        new = write_spec(tmp_path, name="new")
+        (tmp_path / "have.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        # The stand-in addon writes `cassette` at shutdown to the file it was given: in record
+        # mode that is the staging file, which the runner keeps as the new cassette.
+        fake_env(events=turn_events(BOOKING_TURNS), cassette=cassette_text(BOOKING_TURNS))
+        res = invoke(run_command, [have, new, "--record-missing", "--json"])
+        assert res.exit_code == 0, res.output
+        modes = {Path(f["spec"]).name: f["mode"] for f in json.loads(res.output)["flows"]}
+        assert modes == {"have.flow.yaml": "replay", "new.flow.yaml": "record"}
+        assert (tmp_path / "new.cassette.json").exists()
+        assert not list(tmp_path.glob("*.recording.json"))
+
+    def test_record_missing_with_every_cassette_present_records_nothing(self, tmp_path: Path, fake_env) -> None:
+        """With every cassette in place, --record-missing is a replay: a missing-key CI job
+        that runs it never reaches a model."""
+        spec = write_spec(tmp_path)
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        res = invoke(run_command, [spec, "--record-missing", "--json"])
+        assert res.exit_code == 0, res.output
+        assert [f["mode"] for f in json.loads(res.output)["flows"]] == ["replay"]
+
+
+class TestProgramName:
+    def test_flowproof_run_is_flowproof_dash_run(self, tmp_path: Path, fake_env) -> None:
+        """`flowproof run SPEC` runs the flow exactly as `flowproof-run SPEC` does."""
+        spec = write_spec(tmp_path)
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        res = invoke(cli, ["run", spec])
+        assert res.exit_code == 0, res.output
+        assert "1 of 1 flow(s) passed" in res.output
+
+    def test_help_lists_run(self) -> None:
+        """`flowproof --help` names the run command and says it is flowproof-run."""
+        res = invoke(cli, ["--help"])
+        assert res.exit_code == 0
+        assert "flowproof-run" in res.output
+        assert any(line.split()[:1] == ["run"] for line in res.output.splitlines())
+
+    @pytest.mark.parametrize(
+        ("main", "argv", "prefix", "help_hint"),
+        [
+            ("run_main", [], "flowproof-run: ", "see flowproof-run --help"),
+            ("main", ["run"], "flowproof: ", "see flowproof run --help"),
+            ("run_main", ["--proxy-port", "http", "x.flow.yaml"], "flowproof-run: ", "see flowproof-run --help"),
+        ],
+    )
+    def test_a_usage_error_names_the_command_typed(
+        self, capsys: pytest.CaptureFixture[str], main: str, argv: list[str], prefix: str, help_hint: str
+    ) -> None:
+        """A missing argument or a bad value is one line that starts with the command the user
+        typed and points at that command's --help."""
+        from flowproof.runner import cli as cli_module
+
+        with pytest.raises(SystemExit) as exited:
+            getattr(cli_module, main)(argv)
+        assert exited.value.code == 2
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(prefix) and lines[0].endswith(help_hint), lines
+
+    def test_a_flowproof_error_of_flowproof_run_is_signed_flowproof_run(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """An error raised inside the run (here: a spec file that is not there) is signed
+        with the command too."""
+        from flowproof.runner import cli as cli_module
+
+        with pytest.raises(SystemExit) as exited:
+            cli_module.run_main([str(tmp_path / "nope.flow.yaml")])
+        assert exited.value.code == 2
+        assert capsys.readouterr().err.startswith("flowproof-run: ")
+
+
 class TestHelpers:
     def test_shard_selection_is_deterministic(self) -> None:
         """Shards split the sorted specs round-robin and cover each exactly once."""
@@ -178,6 +285,24 @@ class TestCheck:
         assert "Traceback" not in res.output
 
 
+    def test_handles_are_checked(self, tmp_path: Path) -> None:
+        """`flowproof check` accepts the handles where they belong and names a wrong one
+        at its line and column, with what was meant."""
+        good = tmp_path / "good.flow.yaml"
+        good.write_text("name: g\nagent:\n  command: a ${flowproof.proxy_url}\n  route: base_url\n  env:\n"
+                        "    U: ${flowproof.base_url.openai}\n    C: ${flowproof.ca_bundle}\nsteps:\n  - prompt: hi\n")
+        res = invoke(cli, ["check", good])
+        assert res.exit_code == 0 and "1 spec OK" in res.output, res.output
+        assert "warning" not in res.output
+        bad = tmp_path / "bad.flow.yaml"
+        bad.write_text("name: b\nagent:\n  command: a\n  env:\n    U: ${flowproof.base_url.openia}\n"
+                       "steps:\n  - prompt: hi\n")
+        res = invoke(cli, ["check", bad])
+        assert res.exit_code == 2
+        assert f"{bad}:5:8: unknown handle `${{flowproof.base_url.openia}}`" in res.output
+        assert "did you mean `${flowproof.base_url.openai}`?" in res.output
+
+
 class TestDiffShow:
     def test_diff(self, tmp_path: Path) -> None:
         """flowproof diff prints the moved argument."""
@@ -189,13 +314,25 @@ class TestDiffShow:
             )
         )
         res = invoke(cli, ["diff", old, new])
-        assert res.exit_code == 0 and "flight.id: KQ311 -> KQ999" in res.output
+        # diff(1)'s exit codes: 1 when the inputs differ.
+        assert res.exit_code == 1 and "flight.id: KQ311 -> KQ999" in res.output
 
     def test_diff_same(self, tmp_path: Path) -> None:
-        """Identical cassettes say there is no change."""
+        """Identical cassettes say there is no change and exit 0."""
         old = tmp_path / "old.json"
         old.write_text(cassette_text(BOOKING_TURNS))
-        assert "no change" in invoke(cli, ["diff", old, old]).output
+        res = invoke(cli, ["diff", old, old])
+        assert res.exit_code == 0 and "no change" in res.output
+
+    def test_diff_of_a_changed_request_body_only_is_a_difference(self, tmp_path: Path) -> None:
+        """A request body that changed with the same trajectory still differs (exit 1)."""
+        old, new = tmp_path / "old.json", tmp_path / "new.json"
+        old.write_text(cassette_text(BOOKING_TURNS))
+        moved = json.loads(json.dumps(BOOKING_TURNS))
+        moved[0]["request"]["body_sha256"] = "f" * 64
+        new.write_text(cassette_text(moved))
+        res = invoke(cli, ["diff", old, new])
+        assert res.exit_code == 1 and "request body changed" in res.output
 
     def test_show_corrupt_cassette(self, tmp_path: Path) -> None:
         """A corrupt cassette exits 2 with one paragraph and no traceback."""

@@ -114,6 +114,34 @@ class TestReplay:
         assert env["OPENAI_API_KEY"] == "flowproof-replay-placeholder"
         assert Path(env["SSL_CERT_FILE"]).is_file()
 
+    def test_handles_reach_the_agent_with_this_runs_values(self, tmp_path: Path, opts) -> None:
+        """`${flowproof.…}` handles in agent.env and agent.command become the values the
+        standard variables get: the proxy, the CA bundle and certificate, a base-URL listener."""
+        dump = tmp_path / "env.json"
+        code = ("import json,os,sys; json.dump({'env': dict(os.environ), 'argv': sys.argv[1:]}, "
+                f"open({str(dump)!r}, 'w'))")
+        spec = write_spec(tmp_path, command=f"{sys.executable} -c {shlex.quote(code)} ${{flowproof.proxy_url}}")
+        text = spec.read_text().replace("  timeout: 20\n", (
+            "  timeout: 20\n  route: base_url\n  env:\n"
+            "    MY_LLM_URL: ${flowproof.base_url.openai}\n"
+            "    MY_CLAUDE: ${flowproof.base_url.anthropic}\n"
+            "    MY_PROXY: ${flowproof.proxy_url}\n"
+            "    MY_BUNDLE: ${flowproof.ca_bundle}\n"
+            "    MY_CERT: ${flowproof.ca_cert}\n"
+            "    LITERAL: $${flowproof.proxy_url}\n"))
+        spec.write_text(text)
+        with_cassette(spec, route="base_url")
+        result = run_flow(spec, opts({"events": turn_events(BOOKING_TURNS)}, environ={"PATH": "/usr/bin:/bin"}))
+        assert result.exit_code == EXIT_OK, result
+        seen = json.loads(dump.read_text())
+        env = seen["env"]
+        assert env["MY_LLM_URL"] == env["OPENAI_BASE_URL"] and env["MY_LLM_URL"].endswith("/v1")
+        assert env["MY_CLAUDE"] == env["ANTHROPIC_BASE_URL"] != env["MY_LLM_URL"].removesuffix("/v1")
+        assert env["MY_PROXY"] == env["HTTPS_PROXY"] and env["MY_PROXY"].startswith("http://127.0.0.1:")
+        assert env["MY_BUNDLE"] == env["SSL_CERT_FILE"] and env["MY_CERT"] == env["NODE_EXTRA_CA_CERTS"]
+        assert env["LITERAL"] == "${flowproof.proxy_url}"
+        assert seen["argv"] == [env["HTTPS_PROXY"]]
+
     def test_unset_variable_is_spec_error(self, tmp_path: Path, opts) -> None:
         """An unset ${VAR} in the spec fails with exit 2 naming the variable."""
         spec = write_spec(tmp_path, command="run ${AGENT_BIN_FOR_TEST}")

@@ -49,6 +49,30 @@ class TestText:
         assert "✓ Booking [replay]" in text and "✓ assert: reply contains booked" in text
         assert text.endswith("Nothing to do.")
 
+    def test_a_first_record_asks_for_no_heal_diff(self) -> None:
+        """After a first-ever record there is no old cassette and so no heal diff: the advice
+        says to read the new cassette, not to review a diff that does not exist."""
+        text = render_text([result(mode="record", heal_diff=None)])
+        assert "heal diff" not in text and "cassette diff" not in text
+        assert text.splitlines()[-1] == (
+            "A new cassette: read it (flowproof show booking.cassette.json) and commit it with the spec."
+        )
+
+    def test_a_re_record_asks_to_review_its_heal_diff(self) -> None:
+        text = render_text([result(mode="record", heal_diff="turn 1: create_booking flight.id: KQ311 -> KQ999")])
+        assert "heal diff (old cassette -> new recording):" in text
+        assert text.splitlines()[-1] == "Review the heal diff above and commit booking.cassette.json."
+
+    def test_several_flows_advise_by_what_was_recorded(self) -> None:
+        """Several flows: first records only (--record-missing) ask to read the new cassettes;
+        any re-record asks to review the diffs; replays alone need nothing."""
+        first = result(mode="record", heal_diff=None)
+        again = result(mode="record", heal_diff="turn 0: text: 'a' -> 'b'")
+        replayed = result()
+        assert render_text([replayed, first]).splitlines()[-1].startswith("New cassettes: read them")
+        assert render_text([first, again]).splitlines()[-1] == "Review the heal diffs above and commit the cassettes."
+        assert render_text([replayed, replayed]).splitlines()[-1] == "Nothing to do."
+
     def test_failing_step_shows_message_and_location(self) -> None:
         """A failed step shows ✗, its location and its message."""
         step = StepResult(False, "the agent has not replied", "booking.flow.yaml:9:5", "assert: reply contains booked")
@@ -363,3 +387,66 @@ class TestStructuredJunit:
             'assertion at call 2 (create_booking), flight.id: expected equals "KQ999", actual "KQ311"',
             "assertion: expected create_booking",
         ]
+
+
+def witnessed() -> FlowResult:
+    """A flow that reached a stray host, leaked a secret (masked), left a mock unused and spawned
+    a sub-agent."""
+    return result(
+        EXIT_ASSERTION,
+        steps=(StepResult(True, "ok", None, "in subagent Explore #1: Grep", scope="in subagent Explore #1"),),
+        egress=({"host": "api.openai.com", "port": 443, "role": "model", "via": "connect"},
+                {"host": "exfil.example.test", "port": 80, "role": "other", "via": "http"}),
+        secret_leaks=({"label": "${T}", "host": "exfil.example.test", "method": "POST",
+                       "url": "http://exfil.example.test/c?t=«secret:T»", "where": "url", "path": "query",
+                       "model_call": False},),
+        unused_mocks=({"name": "search_hotels", "server": None, "has_result": True, "location": "b.flow.yaml:8:5",
+                       "text": "search_hotels (tools:, b.flow.yaml:8:5): no request carried its result"},),
+        subagents=({"number": 0, "name": "Explore", "label": "Explore #1", "family": "claude-code", "parent": None,
+                    "spawn_turn": 0, "turns": [2, 3], "result_turn": 4,
+                    "text": "Explore #1 (claude-code): spawned in turn 0, ran in turn(s) 2, 3, result in turn 4"},),
+        agent_tree=("the agent",
+                    "  └─ Explore #1 (claude-code): spawned in turn 0, ran in turn(s) 2, 3, result in turn 4"),
+        usage={"input_tokens": 10, "output_tokens": 2, "cache_read_tokens": 0, "cache_write_tokens": 0,
+               "turns_without_usage": [1]},
+    )
+
+
+class TestWhatEveryReportSays:
+    def test_text_lists_hosts_leaks_unused_mocks_and_the_tree(self) -> None:
+        text = render_text([witnessed()])
+        assert "  hosts contacted: api.openai.com:443 (model), exfil.example.test:80" in text
+        assert ("  secret leak: ${T} went to exfil.example.test: request POST "
+                "http://exfil.example.test/c?t=«secret:T», in the URL at query") in text
+        assert "  unused mock: search_hotels (tools:, b.flow.yaml:8:5): no request carried its result" in text
+        assert "    the agent\n      └─ Explore #1 (claude-code)" in text
+
+    def test_hosts_are_listed_on_a_pass_too(self) -> None:
+        passed = result(egress=({"host": "api.openai.com", "port": 443, "role": "model", "via": "connect"},))
+        assert "hosts contacted: api.openai.com:443 (model)" in render_text([passed])
+
+    def test_json_validates_and_carries_them(self) -> None:
+        doc = json.loads(render_json([witnessed()]))
+        jsonschema.Draft202012Validator(REPORT_SCHEMA).validate(doc)
+        flow = doc["flows"][0]
+        assert [e["host"] for e in flow["egress"]] == ["api.openai.com", "exfil.example.test"]
+        assert flow["secret_leaks"][0]["where"] == "url" and flow["subagents"][0]["parent"] is None
+        assert flow["steps"][0]["scope"] == "in subagent Explore #1"
+        assert flow["usage"]["turns_without_usage"] == [1]
+
+    def test_junit_says_them_in_system_out(self) -> None:
+        out = ET.fromstring(junit_xml([witnessed()]).split("\n", 1)[1]).find("testcase/system-out")
+        assert out is not None and "hosts contacted: api.openai.com:443 (model)" in (out.text or "")
+        assert "unused mock: search_hotels" in (out.text or "")
+
+
+def test_show_draws_the_parent_and_its_sub_agents() -> None:
+    from tests.agent_runs import claude_code_cassette
+
+    text = show_cassette(claude_code_cassette(), "cc.json")
+    lines = text.splitlines()
+    assert lines[1:3] == ["the agent",
+                          "  └─ Explore #1 (claude-code): spawned in turn 0, ran in turn(s) 2, 3, result in turn 4"]
+    turn_2 = text.split("turn 2 —", 1)[1].split("turn 3 —", 1)[0]
+    assert "  sub-agent: Explore #1" in turn_2
+    assert "sub-agent:" not in text.split("turn 1 —", 1)[1].split("turn 2 —", 1)[0]

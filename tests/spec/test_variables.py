@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 from flowproof.errors import SpecError
 from flowproof.spec import find_variables, resolve_variables
 from flowproof.spec.variables import (
+    HANDLES,
     VariableSyntaxError,
     _substitute,
     check_variables,
     has_variables,
+    resolve_handles,
 )
 
 FULL = """\
@@ -156,3 +158,93 @@ class TestFindVariables:
 
         path = Path(__file__).resolve().parents[2] / "example_specs" / "plan_mode_guard.flow.yaml"
         assert find_variables(load_spec(path)) == {"EXPORT_MCP_URL"}
+
+
+HANDLED = """\
+name: n
+agent:
+  command: my-agent --proxy ${flowproof.proxy_url} --home ${HOME_DIR}
+  route: base_url
+  env:
+    MY_LLM_URL: ${flowproof.base_url.openai}
+    CLAUDE_URL: ${flowproof.base_url.anthropic}/v1
+    TRUST: ${flowproof.ca_bundle}
+    LITERAL: $${flowproof.proxy_url} and ${NOTE}
+    PLAIN: ${NOTE}
+steps:
+  - prompt: hi
+"""
+
+HANDLE_VALUES = {
+    "flowproof.proxy_url": "http://127.0.0.1:4000",
+    "flowproof.ca_bundle": "/ca/bundle.pem",
+    "flowproof.ca_cert": "/ca/ca.pem",
+    "flowproof.base_url.openai": "http://127.0.0.1:4001/v1",
+    "flowproof.base_url.anthropic": "http://127.0.0.1:4002",
+}
+
+
+class TestHandles:
+    def test_handles_are_references_where_allowed(self):
+        assert check_variables("${flowproof.proxy_url} ${A}", handles=True) == ["flowproof.proxy_url", "A"]
+
+    def test_resolve_variables_leaves_handles_for_the_runner(self, load):
+        """${VAR}s are filled at load; handles stay (nothing is 'not set'); neither counts as a
+        variable of the environment."""
+        spec = load(HANDLED)
+        resolved = resolve_variables(spec, {"HOME_DIR": "/h", "NOTE": "n1"})
+        assert resolved.agent.command == "my-agent --proxy ${flowproof.proxy_url} --home /h"
+        assert dict(resolved.agent.env)["MY_LLM_URL"] == "${flowproof.base_url.openai}"
+        assert find_variables(spec) == {"HOME_DIR", "NOTE"}
+
+    def test_resolve_handles_fills_command_and_env_once(self, load):
+        """The runner's second pass: handles get this run's values, a $${ escape stays literal,
+        and a variable whose value holds `${` is not read again."""
+        spec = load(HANDLED)
+        environ = {"HOME_DIR": "/h", "NOTE": "${flowproof.proxy_url}"}
+        agent = resolve_handles(spec.agent, resolve_variables(spec, environ).agent, environ, HANDLE_VALUES)
+        assert agent.command == "my-agent --proxy http://127.0.0.1:4000 --home /h"
+        assert dict(agent.env) == {
+            "MY_LLM_URL": "http://127.0.0.1:4001/v1",
+            "CLAUDE_URL": "http://127.0.0.1:4002/v1",
+            "TRUST": "/ca/bundle.pem",
+            "LITERAL": "${flowproof.proxy_url} and ${flowproof.proxy_url}",
+            "PLAIN": "${flowproof.proxy_url}",
+        }
+
+    def test_a_handle_without_a_value_is_an_error(self, load):
+        spec = load(HANDLED)
+        environ = {"HOME_DIR": "/h", "NOTE": ""}
+        with pytest.raises(SpecError, match=r"flowproof.base_url.openai.*has no value"):
+            resolve_handles(spec.agent, resolve_variables(spec, environ).agent, environ,
+                            {k: v for k, v in HANDLE_VALUES.items() if "openai" not in k})
+
+    def test_every_handle_is_documented(self):
+        """docs/spec.md lists each handle the runner fills in."""
+        doc = (Path(__file__).resolve().parents[2] / "docs" / "spec.md").read_text(encoding="utf-8")
+        for name in HANDLES:
+            assert f"${{{name}}}" in doc, name
+
+    @pytest.mark.parametrize(("text", "where", "expected"), [
+        ("  - prompt: Book with ${flowproof.proxy_url}\n", "7:23",
+         "`${flowproof.proxy_url}` is known only once the proxy is up, so it works in `agent.env` values "
+         "and `agent.command` only"),
+        ("  - assert_tool_call: book where url equals ${flowproof.proxy_url}\n", "7:",
+         "`${flowproof.proxy_url}` is known only once the proxy is up"),
+    ])
+    def test_a_handle_elsewhere_is_refused_at_its_column(self, problems, text, where, expected):
+        spec = "name: n\nagent:\n  command: a\ntools:\n  - name: book\nsteps:\n" + text
+        (problem,) = problems(spec)
+        assert problem.startswith(where) and expected in problem
+
+    def test_an_unknown_handle_says_what_was_meant(self, problems):
+        (problem,) = problems("name: n\nagent:\n  command: a\n  env:\n    U: ${flowproof.proxyurl}\n"
+                              "steps:\n  - prompt: hi\n")
+        assert problem.startswith("5:8: unknown handle `${flowproof.proxyurl}`")
+        assert "did you mean `${flowproof.proxy_url}`?" in problem
+
+    def test_a_base_url_handle_needs_the_base_url_route(self, problems):
+        (problem,) = problems("name: n\nagent:\n  command: a\n  env:\n    U: ${flowproof.base_url.openai}\n"
+                              "steps:\n  - prompt: hi\n")
+        assert problem.startswith("5:8: `${flowproof.base_url.openai}` is a base-URL listener")
+        assert problem.endswith("add `route: base_url` under `agent:`")

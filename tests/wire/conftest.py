@@ -34,6 +34,7 @@ def view_to_json(view: RequestView | ResponseView) -> dict[str, Any]:
             "finish_reason": view.finish_reason.value,
             "raw_finish_reason": view.raw_finish_reason,
             "model": view.model,
+            "usage": dataclasses.asdict(view.usage) if view.usage is not None else None,
         }
     out = dataclasses.asdict(view)
     out["tools"] = list(view.tools)

@@ -33,6 +33,7 @@ MAY_BE_EMPTY = {
     "system_roots": "chat completions carries the system prompt inside messages",
     "model_roots": "gemini names the model in the URL path",
     "base_url_aliases": "only the Vercel AI SDK's anthropic path differs from the API's own",
+    "cache_ignored_keys": "only Anthropic marks cache breakpoints inside the cached prefix",
 }
 
 
@@ -49,7 +50,7 @@ class TestEveryCodecDeclaresEveryField:
         """Every field holds strings (no duplicates), and only the documented ones may be empty."""
         for field in dataclasses.fields(Provider):
             value = getattr(row, field.name)
-            if field.name in ("name", "base_url_host"):
+            if field.name in ("name", "base_url_host", "family", "sdk_key_var"):
                 assert isinstance(value, str) and value, field.name
                 continue
             assert isinstance(value, tuple), field.name
@@ -57,6 +58,7 @@ class TestEveryCodecDeclaresEveryField:
                 assert value, f"{row.name} declares no {field.name}"
             assert len(set(value)) == len(value), f"{row.name}.{field.name} repeats an entry"
         assert set(row.placeholder_vars) <= set(row.key_vars)
+        assert row.sdk_key_var in row.key_vars
 
     def test_the_empty_fields_are_the_expected_ones(self) -> None:
         """Emptiness is a fact about one API, not an omission: each exception is where the docs say."""
@@ -69,7 +71,19 @@ class TestEveryCodecDeclaresEveryField:
             ("openai-chat", "base_url_aliases"),
             ("openai-responses", "base_url_aliases"),
             ("gemini", "base_url_aliases"),
+            ("openai-chat", "cache_ignored_keys"),
+            ("openai-responses", "cache_ignored_keys"),
+            ("gemini", "cache_ignored_keys"),
         }
+
+    @pytest.mark.parametrize("row", PROVIDERS, ids=lambda p: p.name)
+    def test_the_cache_order_is_made_of_the_rows_own_roots(self, row: Provider) -> None:
+        """The cache-prefix rule reads tools, system and conversation roots, and ends with the
+        conversation: only its last root may grow between two requests."""
+        roots = {*row.tool_roots, *row.system_roots, *row.message_roots}
+        assert set(row.cache_order) <= roots
+        assert row.cache_order[-1] in row.message_roots
+        assert row.cache_order[0] in row.tool_roots
 
     @pytest.mark.parametrize("row", PROVIDERS, ids=lambda p: p.name)
     def test_headers_are_lowercase_and_never_credentials(self, row: Provider) -> None:
