@@ -32,8 +32,10 @@ mitmproxy runs every hook on one event loop, shared by all sessions. A flow's
 own work — hashing with its volatile rules, matching, assembling a recording,
 its compare handler (user code), writing its cassette — therefore runs on the
 session's own worker thread, one hook at a time and in the order mitmproxy
-delivered them, so a session needs no lock and no flow's work can hold another
-flow's session or this control server. A ``close`` waits at most `CLOSE_WAIT`
+delivered them, so a session's state needs no lock and no flow's work can hold
+another flow's session or this control server. (The WebSocket hooks keep that
+order but run on the loop, where mitmproxy injects replayed frames; their work
+per frame is a hash and a lookup, and a volatile pattern there is time-bounded.) A ``close`` waits at most `CLOSE_WAIT`
 for the work still queued (a handler that never returns); then the session is
 aborted with an ``error`` event saying what was still running.
 """
@@ -63,6 +65,8 @@ __all__ = ["CLOSE_WAIT", "BuildState", "Session", "WarmSessions"]
 _MAX_LINE = 1 << 20
 #: Attempts at binding a session's listeners on fresh free ports before giving up.
 _BIND_ATTEMPTS = 3
+#: Hooks a session runs on the event loop rather than its worker (see `Session.hook`).
+_ON_LOOP = frozenset({"websocket_start", "websocket_message", "websocket_end"})
 #: How long a ``close`` waits for a session's queued work before aborting it: below the
 #: runner's own wait for the reply (`runner.proxy.FlowProxy.stop`, 10 s), so the runner
 #: hears why instead of giving the whole proxy up.
@@ -94,6 +98,7 @@ class Session:
     #: The hook running on the worker right now (``Compare.response``), for the abort message.
     running: str | None = None
     _worker: ThreadPoolExecutor | None = None
+    _order: asyncio.Lock | None = None
 
     def run_hook(self, name: str, *args: object) -> None:
         """Invoke hook ``name`` on the session's chain in order, as mitmproxy would: one
@@ -111,22 +116,30 @@ class Session:
                 self.running = None
 
     async def hook(self, name: str, *args: object) -> None:
-        """`run_hook` on the session's worker thread; returns when it has run. The event loop
-        serves every other session meanwhile."""
-        if self._worker is None:
-            self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"flowproof-session-{self.number}")
-        await asyncio.get_running_loop().run_in_executor(self._worker, self.run_hook, name, *args)
+        """`run_hook` after the session's earlier hooks (one at a time, in arrival order), on
+        the session's worker thread; returns when it has run. The event loop serves every
+        other session meanwhile. The WebSocket hooks run on the loop itself: a replayed frame
+        is injected there (mitmproxy's ``inject.websocket`` makes a task on the running loop)."""
+        if self._order is None:
+            self._order = asyncio.Lock()
+        async with self._order:
+            if name in _ON_LOOP:
+                self.run_hook(name, *args)
+                return
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"flowproof-session-{self.number}")
+            await asyncio.get_running_loop().run_in_executor(self._worker, self.run_hook, name, *args)
 
     async def drained(self, timeout: float) -> bool:
-        """True once the work queued before now has run, False if it is still running after
-        ``timeout`` seconds."""
-        if self._worker is None:
+        """True once the hooks that arrived before now have run, False if they are still
+        running after ``timeout`` seconds."""
+        if self._order is None:
             return True
-        waiting = asyncio.get_running_loop().run_in_executor(self._worker, lambda: None)
         try:
-            await asyncio.wait_for(waiting, timeout)
+            await asyncio.wait_for(self._order.acquire(), timeout)
         except TimeoutError:
             return False
+        self._order.release()
         return True
 
     def release(self) -> None:
@@ -211,6 +224,15 @@ class WarmSessions:
 
     async def error(self, flow: http.HTTPFlow) -> None:
         await self._dispatch("error", flow)
+
+    async def websocket_start(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("websocket_start", flow)
+
+    async def websocket_message(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("websocket_message", flow)
+
+    async def websocket_end(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("websocket_end", flow)
 
     async def _dispatch(self, name: str, flow: http.HTTPFlow) -> None:
         session = self.session_of(flow.client_conn)
