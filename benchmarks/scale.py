@@ -11,8 +11,9 @@
   MB of cassette on disk;
 - divergence: the time to refuse and explain a request whose 33 KB body differs
   from a recorded one in one word, when the closest turn is the first and the
-  last of 10,000 (every other turn has another system prompt, so the search
-  for the same conversation walks the whole cassette).
+  last of 10,000 (every other turn has another system prompt but the same API,
+  model, tools and depth, so the closest turn is found by its text; the index
+  of the turns is built on the first miss and counted here).
 
 Times are CPU time of the process (``time.process_time``), not wall
 time, so a busy machine inflates them little. Filler turns carry ~2 KB bodies

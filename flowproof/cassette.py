@@ -32,6 +32,7 @@ from typing import Any
 from flowproof import __version__
 from flowproof.commands import GENERIC_RECORD_COMMAND
 from flowproof.errors import CassetteError, CassetteNotFoundError
+from flowproof.files import UnreadableFileError, read_regular_file
 from flowproof.mcp import McpExchange, exchange_from_json, exchange_to_json
 from flowproof.mcp.stdio import StdioSession, session_from_json, session_to_json
 from flowproof.options import Route
@@ -40,6 +41,7 @@ from flowproof.wire.sse import SSEEvent, canonical_raw, encode_events
 
 __all__ = [
     "CASSETTE_FORMAT",
+    "MAX_CASSETTE_BYTES",
     "WEBSOCKET_FORMAT",
     "WEBSOCKET_METHOD",
     "Cassette",
@@ -66,6 +68,9 @@ CASSETTE_FORMAT = 2
 WEBSOCKET_FORMAT = 2
 #: The method a WebSocket turn's request is stored with: the frame is not an HTTP request.
 WEBSOCKET_METHOD = "WEBSOCKET"
+#: A cassette over this size is refused unread: the reader holds it whole in memory, several
+#: times over while it parses (10,000 turns are about 40 MB; docs/performance.md).
+MAX_CASSETTE_BYTES = 512 * 1024 * 1024
 
 _ROUTES: tuple[str, ...] = tuple(r.value for r in Route)
 
@@ -569,7 +574,14 @@ def load_cassette(path: Path | str, *, record_command: str = GENERIC_RECORD_COMM
     """
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        raw = read_regular_file(p, MAX_CASSETTE_BYTES)
+    except UnreadableFileError as e:
+        if e.kind is not None:
+            raise CassetteError(p, f"is {e.kind}, not a regular file", "name a cassette file") from None
+        raise CassetteError(
+            p, f"is over the {MAX_CASSETTE_BYTES:,}-byte limit of a cassette",
+            "split the flow into smaller flows, each with its own cassette",
+        ) from None
     except FileNotFoundError:
         raise CassetteNotFoundError(p, record_command) from None
     except OSError as e:

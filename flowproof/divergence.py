@@ -14,6 +14,7 @@ Pure: plain data in, a `Divergence` out.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from flowproof.commands import GENERIC_RECORD_COMMAND
 from flowproof.excerpt import first_difference, window
 from flowproof.model import RequestView
 from flowproof.normalize import looks_like_per_run_id, suggest_rule
+from flowproof.wire.providers import PROVIDERS, provider
 
 if TYPE_CHECKING:
     from flowproof.cassette import Cassette, RecordedTurn
@@ -30,9 +32,11 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_RECORD_COMMAND",
     "MAX_FIELDS",
+    "ClosestTurns",
     "Divergence",
     "DivergenceKind",
     "FieldChange",
+    "Shape",
     "explain_miss",
     "missing_calls",
     "format_pair",
@@ -402,6 +406,211 @@ def envelope_changes(
     return lines
 
 
+# --------------------------------------------------------------------------- the closest turn
+#
+# A request that matched nothing is explained against the recorded turn it shares the most
+# with: first its API, then its model, its tool set and its depth (how many messages or
+# items it carries), then the most text. Never by position alone: an agent's concurrent
+# side call (a session title) is often the earliest unserved turn, and a report against it
+# would never show the word that was edited (docs/design.md#divergence-reports).
+#
+# The four ranks come straight from the parsed bodies and the provider table's roots, so
+# ranking a cassette costs a few dict lookups per turn (`ClosestTurns`, built once, on the
+# first miss); only the turns that tie on them are compared by text.
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What a request is, before what it says: its API, model, tool names and depth."""
+
+    api: str | None
+    model: str | None
+    tools: frozenset[str]
+    depth: int | None
+
+    def shared(self, other: Shape) -> tuple[bool, bool, bool, bool]:
+        """Which of API, model, tool set and depth ``other`` shares, in rank order."""
+        return (
+            self.api is not None and self.api == other.api,
+            self.model is not None and self.model == other.model,
+            self.tools == other.tools,
+            self.depth is not None and self.depth == other.depth,
+        )
+
+
+_SHARED_NAMES = ("API", "model", "tools", "depth")
+_ALL_MODEL_ROOTS = tuple(dict.fromkeys(r for p in PROVIDERS for r in p.model_roots))
+_ALL_MESSAGE_ROOTS = tuple(dict.fromkeys(r for p in PROVIDERS for r in p.message_roots))
+_ALL_TOOL_ROOTS = tuple(dict.fromkeys(r for p in PROVIDERS for r in p.tool_roots))
+#: How deep below a tool root a tool's ``name`` may sit (Gemini: tools.0.functionDeclarations.0.name).
+_TOOL_NAME_DEPTH = 4
+
+
+@functools.cache
+def _roots(api: str | None) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    try:
+        row = provider(api or "")
+    except KeyError:
+        return _ALL_MODEL_ROOTS, _ALL_MESSAGE_ROOTS, _ALL_TOOL_ROOTS
+    return row.model_roots, row.message_roots, row.tool_roots
+
+
+def _tool_names(value: Any, names: set[str], depth: int = 0) -> None:
+    """Add every string ``name`` in a tool declaration list to ``names``, to a fixed depth
+    (the schemas below are never walked)."""
+    if depth > _TOOL_NAME_DEPTH:
+        return
+    if isinstance(value, list):
+        for item in value:
+            _tool_names(item, names, depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key == "name" and isinstance(item, str):
+                names.add(item)
+            elif isinstance(item, dict | list):
+                _tool_names(item, names, depth + 1)
+
+
+def request_shape(api: str | None, body: Any, path_fields: Mapping[str, str] | None = None) -> Shape:
+    """The `Shape` of a parsed request body of ``api`` (a codec name) and its URL path fields."""
+    model_roots, message_roots, tool_roots = _roots(api)
+    model = path_fields.get("model") if path_fields else None
+    depth: int | None = None
+    tools: set[str] = set()
+    if isinstance(body, dict):
+        for root in model_roots:
+            if model is None and isinstance(value := body.get(root), str):
+                model = value
+        for root in message_roots:
+            if depth is None and isinstance(value := body.get(root), list):
+                depth = len(value)
+        for root in tool_roots:
+            if (value := body.get(root)) is not None:
+                _tool_names(value, tools)
+    return Shape(api, model, frozenset(tools), depth)
+
+
+#: "Most common text", cheaply: the request's longest strings (`_TEXTS` of them, at least
+#: `_MIN_TEXT` characters) are compared with the candidate's strings at the same places, by
+#: their beginnings and endings at a few lengths. Two prompts that share their first and last
+#: kilobyte share two kilobytes, so a one-word edit in the middle of a long prompt leaves it
+#: mostly shared, as it is; no turn's body is walked, only looked up at those places.
+_PIECES = (16, 64, 256, 1024)
+_TEXTS = 4
+_MIN_TEXT = 16
+_Path = tuple[str | int, ...]
+
+
+def _strings(value: Any, path: _Path, out: list[tuple[_Path, str]]) -> None:
+    if isinstance(value, str):
+        if len(value) >= _MIN_TEXT:
+            out.append((path, value))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _strings(item, (*path, key), out)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _strings(item, (*path, i), out)
+
+
+def _longest_strings(body: Any) -> list[tuple[_Path, str]]:
+    found: list[tuple[_Path, str]] = []
+    _strings(body, (), found)
+    found.sort(key=lambda item: -len(item[1]))
+    return found[:_TEXTS]
+
+
+def _at(body: Any, path: _Path) -> Any:
+    for segment in path:
+        try:
+            body = body[segment]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return body
+
+
+def _overlap(text: str, other: Any) -> int:
+    """How much of ``text`` ``other`` shares: all of it, or its longest shared beginning plus
+    its longest shared ending among `_PIECES`."""
+    if not isinstance(other, str):
+        return 0
+    if text == other:
+        return len(text)
+    head = tail = 0
+    for size in _PIECES:
+        if size >= len(text) or text[:size] != other[:size]:
+            break
+        head = size
+    for size in _PIECES:
+        if size >= len(text) or text[-size:] != other[-size:]:
+            break
+        tail = size
+    return min(head + tail, len(text))
+
+
+class ClosestTurns:
+    """A cassette's turns grouped by `Shape`, to find the closest unserved turn to a request
+    without looking into every turn (`closest`)."""
+
+    def __init__(
+        self,
+        turns: Sequence[RecordedTurn],
+        path_fields: Callable[[int], Mapping[str, str]] | None = None,
+    ) -> None:
+        self._turns = turns
+        self._shapes: dict[Shape, list[int]] = {}
+        for pos, turn in enumerate(turns):
+            fields = path_fields(pos) if path_fields is not None else None
+            shape = request_shape(turn.provider, turn.request.body, fields)
+            self._shapes.setdefault(shape, []).append(pos)
+
+    def closest(
+        self, shape: Shape, body: Any, consumed: Collection[int]
+    ) -> tuple[int, tuple[bool, bool, bool, bool]] | None:
+        """The position of the unserved turn closest to a request of ``shape`` and ``body``,
+        and what its shape shares with the request; None when every turn was served."""
+        best: tuple[bool, bool, bool, bool] | None = None
+        candidates: list[int] = []
+        for recorded, positions in self._shapes.items():
+            left = [p for p in positions if p not in consumed] if consumed else positions
+            if not left:
+                continue
+            shared = shape.shared(recorded)
+            if best is None or shared > best:
+                best, candidates = shared, list(left)
+            elif shared == best:
+                candidates.extend(left)
+        if best is None:
+            return None
+        if len(candidates) == 1:
+            return candidates[0], best
+        texts = _longest_strings(body)
+        turns = self._turns
+
+        def score(pos: int) -> int:
+            recorded = turns[pos].request.body
+            return sum(_overlap(text, _at(recorded, path)) for path, text in texts)
+
+        # The most shared text wins; among equals the earliest (recorded order).
+        return min(candidates, key=lambda pos: (-score(pos), pos)), best
+
+
+def _closest_note(shared: tuple[bool, bool, bool, bool], same_system: bool | None) -> str:
+    if same_system:
+        return "same conversation"
+    names = [name for name, ok in zip(_SHARED_NAMES, shared, strict=True) if ok]
+    what = f"the closest unconsumed turn: same {_names_and(names)}" if names else (
+        "the earliest unconsumed turn; none shares this request's API, model, tools or depth"
+    )
+    if same_system is False:
+        what += "; none shares this request's system prompt"
+    return what
+
+
+def _names_and(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 # --------------------------------------------------------------------------- explain_miss
 
 
@@ -460,6 +669,9 @@ def explain_miss(
     request_number: int | None = None,
     path_fields: Mapping[str, str] | None = None,
     recorded_path_fields: Callable[[RecordedTurn], Mapping[str, str]] | None = None,
+    *,
+    api: str | None = None,
+    index: ClosestTurns | None = None,
 ) -> Divergence:
     """Explain why a request (parsed ``body``, its ``view``) matched no recorded turn.
 
@@ -467,28 +679,30 @@ def explain_miss(
     ``path_fields`` are the fields the request's URL path names (Gemini's model) and
     ``recorded_path_fields`` gives a recorded turn's; a difference there is reported
     like a body field (or by the envelope, for the model).
-    The candidate is the earliest unconsumed turn of the same conversation (the
-    same system prompt as ``view.system``, recorded views from ``views``), else the
-    earliest unconsumed turn; when none is left the request is an extra call.
+    The candidate is the unconsumed turn the request shares the most with: its API
+    (``api``, else ``view.provider``), model, tool set and depth, then the most text
+    (`ClosestTurns`; pass ``index`` to reuse one built over ``cassette.turns``), the
+    earliest among equals; when none is left the request is an extra call. Only the
+    request and the chosen turn are viewed (through ``views``).
     """
-    unconsumed = [t for pos, t in enumerate(cassette.turns) if pos not in consumed]
-    if not unconsumed:
+    if len(consumed) >= len(cassette.turns):
         return Divergence(kind="extra", request_number=request_number, closest_index=None)
-
-    candidate: RecordedTurn | None = None
-    candidate_view: RequestView | None = None
-    note = "the earliest unconsumed turn"
-    if view is not None and views is not None:
-        for t in unconsumed:
-            tv = _view_of(views, t)
-            if tv is not None and tv.system == view.system:
-                candidate, candidate_view, note = t, tv, "same conversation"
-                break
-        else:
-            note = "the earliest unconsumed turn; none shares this request's system prompt"
-    if candidate is None:
-        candidate = unconsumed[0]
-        candidate_view = _view_of(views, candidate)
+    if index is None:
+        turns = cassette.turns
+        index = ClosestTurns(
+            turns, (lambda pos: recorded_path_fields(turns[pos])) if recorded_path_fields is not None else None
+        )
+    api = api or (view.provider if view is not None else None)
+    found = index.closest(request_shape(api, body, path_fields), body, consumed)
+    if found is None:
+        return Divergence(kind="extra", request_number=request_number, closest_index=None)
+    position, shared = found
+    candidate = cassette.turns[position]
+    candidate_view = _view_of(views, candidate)
+    same_system = (
+        candidate_view.system == view.system if view is not None and candidate_view is not None else None
+    )
+    note = _closest_note(shared, same_system)
 
     envelope: list[str] = []
     if view is not None and candidate_view is not None:

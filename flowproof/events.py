@@ -334,7 +334,8 @@ class ErrorKind(StrEnum):
     UPSTREAM = "upstream"
     #: A live response flowproof cannot record (its codec cannot read it).
     RESPONSE = "response"
-    #: A model request flowproof refused: its body decodes past the cap (never forwarded).
+    #: A model request flowproof refused and never forwarded (a body that decodes past the cap,
+    #: one the run's options make it refuse).
     REQUEST = "request"
     #: The recorded cassette could not be written.
     CASSETTE_WRITE = "cassette_write"
@@ -342,6 +343,9 @@ class ErrorKind(StrEnum):
     COMPARE = "compare"
     #: An MCP server could not be reached, or speaks a transport flowproof does not serve.
     MCP = "mcp"
+    #: A flow's session on the shared proxy was closed unfinished: a hook of its (a compare
+    #: handler, a volatile pattern) did not return in time.
+    SESSION = "session"
     #: The runner could not read what the proxy logged (`flowproof.run_record`).
     EVENT_LOG = "event_log"
     #: A line that names no kind this flowproof knows.

@@ -30,6 +30,7 @@ from typing import Any, TextIO
 
 import structlog
 
+from flowproof.printable import printable
 from flowproof.redact import redact_fields, secret_values
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "level_for",
     "redactor",
     "render_key_values",
+    "shown_values",
 ]
 
 Processor = Callable[[Any, str, MutableMapping[str, Any]], Any]
@@ -77,7 +79,21 @@ def render_key_values(_logger: Any, _method: str, event_dict: MutableMapping[str
     """
     fields = dict(event_dict)
     event = str(fields.pop("event", ""))
-    return " ".join([event, *(f"{key}={value}" for key, value in fields.items())])
+    # Values come from recordings and agents (a model name, an error's text): shown, not obeyed.
+    return printable(" ".join([event, *(f"{key}={value}" for key, value in fields.items())]))
+
+
+def shown_values(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> Any:
+    r"""Console lines show a value's terminal escapes instead of obeying them (`printable`):
+    values come from recordings and agents (a model name, an error's text).
+
+    >>> shown_values(None, "info", {"event": "model_call", "model": "gpt\x1b]0;x\x07"})
+    {'event': 'model_call', 'model': 'gpt\\x1b]0;x\\x07'}
+    """
+    for key, value in event_dict.items():
+        if isinstance(value, str):
+            event_dict[key] = printable(value)
+    return event_dict
 
 
 def event_first(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> Any:
@@ -179,6 +195,7 @@ def configure(
         out = stream or sys.stderr
         processors += [
             flow_prefix,
+            shown_values,
             structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
             structlog.dev.ConsoleRenderer(
                 colors=_is_terminal(out), sort_keys=False, pad_event_to=0, pad_level=False

@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+from flowproof.errors import FlowproofError
+from flowproof.spec.patterns import MATCH_SECONDS, PatternTimeout, bound
 from flowproof.spec.types import Location, VolatileRule
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "HOME_PLACEHOLDER",
     "PRESETS",
     "Normalizer",
+    "VolatileTimeout",
     "looks_like_per_run_id",
     "placeholder",
     "suggest_rule",
@@ -379,20 +382,40 @@ def _json_chars_at(data: bytes, pos: int, count: int = 2) -> str:
     return "".join(chars)
 
 
+class VolatileTimeout(FlowproofError):
+    """A volatile rule's pattern ran past its time bound on a request (it backtracks
+    catastrophically): the call is refused, naming the rule, instead of stalling the proxy."""
+
+    def __init__(self, rule: VolatileRule, length: int) -> None:
+        self.rule = rule
+        pattern = rule.pattern.pattern if rule.pattern is not None else ""
+        super().__init__(
+            f"{rule.location}: volatile rule `{rule.name}` gave up: /{pattern}/ ran past "
+            f"{MATCH_SECONDS:g}s on a {length}-character value at `{rule.path}` (the pattern "
+            "backtracks catastrophically) — rewrite it so that it cannot, e.g. without a "
+            "repeat inside a repeat such as (a|aa)+"
+        )
+
+
 def _replacer(rule: VolatileRule) -> Callable[[Any], tuple[Any, bool]]:
     token = placeholder(rule.name)
-    pattern = rule.pattern
-    if pattern is None:
+    if rule.pattern is None:
         return lambda value: (token, True)
+    # Time-bounded like `matches` (docs/reliability.md): `re` would run unbounded on the
+    # proxy's event loop, holding every other flow of a warm proxy.
+    pattern = bound(rule.pattern)
 
-    def one(match: re.Match[str]) -> str:
+    def one(match: Any) -> str:
         # An empty match (a pattern like `[0-9]*`) would put a hole between every character.
         return token if match.group(0) else ""
 
     def sub(value: Any) -> tuple[Any, bool]:
         if not isinstance(value, str):
             return value, False
-        new = pattern.sub(one, value)
+        try:
+            new = pattern.sub(one, value)
+        except PatternTimeout:
+            raise VolatileTimeout(rule, len(value)) from None
         return new, new != value
 
     return sub

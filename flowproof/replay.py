@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowproof.cassette import Cassette, RecordedTurn
-from flowproof.divergence import Divergence, explain_miss
+from flowproof.divergence import ClosestTurns, Divergence, explain_miss
 from flowproof.model import RequestView
 from flowproof.options import Route
 from flowproof.request_key import match_key
@@ -82,6 +82,7 @@ class Replayer:
         self._consumed: set[int] = set()
         self._requests = 0
         self._failed_at: int | None = None
+        self._closest: ClosestTurns | None = None
 
     @property
     def served(self) -> int:
@@ -170,9 +171,12 @@ class Replayer:
             recorded = view_of(turn.provider, turn.request.body)
             return with_path_fields(recorded, recorded_fields(turn)) if recorded is not None else None
 
+        if self._closest is None:
+            # Built on the first miss only (a passing replay never needs it), once per cassette.
+            self._closest = ClosestTurns(self.cassette.turns, self._path_fields.__getitem__)
         return explain_miss(
             body, view, self.cassette, consumed, views, request_number=number,
-            path_fields=fields, recorded_path_fields=recorded_fields,
+            path_fields=fields, recorded_path_fields=recorded_fields, api=provider, index=self._closest,
         )
 
     def unconsumed(self) -> list[RecordedTurn]:

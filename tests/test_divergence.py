@@ -91,8 +91,8 @@ class TestExplainMissReports:
         d = explain([body()], edited, number=1)
         assert d.render(CMD) == "\n".join(
             [
-                "request 1 matches no recorded turn; closest is turn 0 "
-                "(the earliest unconsumed turn; none shares this request's system prompt)",
+                "request 1 matches no recorded turn; closest is turn 0 (the closest unconsumed turn: "
+                "same API, model, tools and depth; none shares this request's system prompt)",
                 '- messages.0.content: recorded "You are a booking assistant. Always confirm before booking.", '
                 'replayed "You are a booking assistant. Never confirm before booking."',
                 f"If this change is intended, re-record the cassette: {CMD}",
@@ -166,11 +166,15 @@ class TestCandidate:
         d = explain([body(), body()], body(arguments='{"x":1}'), consumed={0})
         assert d.closest_index == 1
 
-    def test_falls_back_to_earliest_unconsumed(self):
-        """With no turn of the same conversation the earliest unconsumed turn is the candidate."""
+    def test_without_a_turn_of_the_same_conversation_the_closest_shape_is_chosen(self):
+        """No turn shares the system prompt: the unconsumed turn of the same API, model, tools
+        and depth is the candidate, and the note says what it shares."""
         d = explain([body(system="A"), body(system="B")], body(system="C"), consumed={0})
         assert d.closest_index == 1
-        assert d.note == "the earliest unconsumed turn; none shares this request's system prompt"
+        assert d.note == (
+            "the closest unconsumed turn: same API, model, tools and depth; "
+            "none shares this request's system prompt"
+        )
 
     def test_no_turn_left_is_an_extra_call(self):
         """When every turn was consumed the request is an extra call with no candidate."""
@@ -188,7 +192,9 @@ class TestCandidate:
         d = explain_miss(body(model="gpt-4.1"), None, cassette, set())
         assert d.closest_index == 0 and d.envelope == ()
         assert d.fields == (FieldChange("model", "gpt-4o", "gpt-4.1"),)
-        assert d.summary() == "a request matches no recorded turn; closest is turn 0 (the earliest unconsumed turn)"
+        assert d.summary() == (
+            "a request matches no recorded turn; closest is turn 0 (the closest unconsumed turn: same tools and depth)"
+        )
 
     def test_a_failing_view_function_only_drops_the_envelope(self):
         """A views callable that raises degrades the report instead of failing it."""
@@ -200,6 +206,68 @@ class TestCandidate:
         d = explain_miss(body(model="x"), view_of(body(model="x")), cassette, set(), broken)
         assert d.closest_index == 0 and d.envelope == ()
         assert d.fields[0].path == "model"
+
+
+TITLE = {"model": "gpt-4o-mini", "messages": [
+    {"role": "system", "content": "Write a five-word title for this conversation."},
+    {"role": "user", "content": "Book me a flight to Nairobi"}]}
+
+
+def main_call(system: str = SYSTEM, *more: dict) -> dict:
+    return {"model": "gpt-4o", "tools": [TOOL], "messages": [
+        {"role": "system", "content": system}, {"role": "user", "content": "Book me a flight to Nairobi"}, *more]}
+
+
+class TestClosestByWhatItShares:
+    def test_a_system_prompt_edit_is_explained_against_its_own_call_not_the_concurrent_title_call(self):
+        """The title call was recorded first (it is the earliest unconsumed turn), yet the main
+        call shares the request's API, model, tools and depth: the edited word is named."""
+        edited = main_call(SYSTEM.replace("Always", "Never"))
+        for title_model in ("gpt-4o-mini", "gpt-4o"):  # Claude Code titles with its main model too
+            d = explain([{**TITLE, "model": title_model}, main_call()], edited, number=1)
+            assert d.closest_index == 1
+            assert d.fields == (FieldChange("messages.0.content", SYSTEM, SYSTEM.replace("Always", "Never")),)
+
+    def test_the_model_outranks_the_tools_and_the_depth(self):
+        other_model = {**main_call(), "model": "gpt-4.1", "tools": []}
+        d = explain([main_call(), other_model], {**main_call("x"), "model": "gpt-4.1"})
+        assert d.closest_index == 1
+
+    def test_the_depth_picks_the_turn_at_the_request_s_place_in_the_conversation(self):
+        step = {"role": "assistant", "content": "Searching."}
+        recorded = [main_call(), main_call(SYSTEM, step, {"role": "user", "content": "KQ311 please"})]
+        d = explain(recorded, main_call("edited", step, {"role": "user", "content": "KQ311 please"}))
+        assert d.closest_index == 1 and [f.path for f in d.fields] == ["messages.0.content"]
+
+    def test_among_equal_shapes_the_most_shared_text_wins(self):
+        long = "Read the policy first. " * 40
+        recorded = [main_call("Short system prompt."), main_call(long + "Then book.")]
+        d = explain(recorded, main_call(long + "Then book!"))
+        assert d.closest_index == 1
+        assert d.note.startswith("the closest unconsumed turn: same API, model, tools and depth")
+
+    def test_only_the_request_and_the_chosen_turn_are_viewed(self):
+        """Ranking 500 turns builds no view of them: the report views the one it chose."""
+        viewed: list[int] = []
+
+        def counting(turn: RecordedTurn) -> RequestView:
+            viewed.append(turn.index)
+            return view_of(turn.request.body)
+
+        recorded = [main_call(f"thread {i}") for i in range(499)] + [main_call()]
+        cassette = Cassette(tuple(rec_turn(i, b) for i, b in enumerate(recorded)))
+        edited = main_call(SYSTEM + " Be brief.")
+        d = explain_miss(edited, view_of(edited), cassette, set(), counting, request_number=1)
+        assert viewed == [d.closest_index] == [499]
+
+    @given(st.sets(st.integers(0, 5)), st.integers(0, 5))
+    def test_never_a_served_turn(self, consumed: set[int], target: int):
+        recorded = [main_call(f"s{i}") for i in range(6)]
+        d = explain(recorded, main_call(f"s{target}", {"role": "user", "content": "more"}), consumed=consumed)
+        if len(consumed) == 6:
+            assert d.kind == "extra"
+        else:
+            assert d.closest_index not in consumed
 
 
 class TestFieldDiff:

@@ -93,6 +93,19 @@ class TestRenderers:
         assert "[info] [booking] model_call provider=openai-chat turn=0 ms=1.5" in line
         assert "\x1b[" not in line  # a StringIO is no terminal: no colours
 
+    def test_a_value_s_terminal_escapes_are_shown_not_obeyed(self, caplog: pytest.LogCaptureFixture) -> None:
+        """A model name or an error text from a recording cannot retitle the window or write the
+        clipboard: console lines and the addon's lines show the escapes."""
+        out = io.StringIO()
+        configure(1, stream=out, environ={})
+        hostile = "gpt\x1b]52;c;cm0=\x07\x9b2A"
+        get_logger(flow="booking").info("model_call", model=hostile, turn=0)
+        caplog.set_level(logging.INFO, logger="flowproof.addon")
+        addon_logger(environ={}).info("turn_recorded", model=hostile)
+        for line in (out.getvalue(), caplog.records[-1].getMessage()):
+            assert "\x1b" not in line and "\x9b" not in line and "\x07" not in line
+            assert "x1b]52;c;cm0=" in line and "x9b2A" in line, line
+
     def test_the_stream_is_read_when_writing(self, capsys: pytest.CaptureFixture[str]) -> None:
         """Without a stream the lines go to whatever sys.stderr is at the time, never stdout."""
         configure(0, environ={})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from hypothesis import given
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from flowproof.normalize import (
     PRESETS,
     Normalizer,
+    VolatileTimeout,
     looks_like_per_run_id,
     placeholder,
     suggest_rule,
@@ -149,6 +151,25 @@ class TestRules:
     def test_placeholder(self) -> None:
         """Placeholders are «volatile:<name>»."""
         assert placeholder("session_id") == "«volatile:session_id»"
+
+    def test_a_pattern_that_backtracks_catastrophically_is_stopped_naming_the_rule(self) -> None:
+        """`(a|aa)+$` against 34 `a` and a `!` would run for minutes in `re`, on the proxy's loop."""
+        norm = Normalizer([rule("runaway", "messages.1.content", r"(a|aa)+$")])
+        body = dumps({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "a" * 34 + "!"}]})
+        started = time.monotonic()
+        with pytest.raises(VolatileTimeout) as caught:
+            norm.apply(body)
+        assert time.monotonic() - started < 10
+        message = str(caught.value)
+        assert message.startswith("flow.yaml:3:5: volatile rule `runaway` gave up: /(a|aa)+$/")
+        assert "35-character value at `messages.1.content`" in message
+
+    def test_the_bounded_engine_replaces_as_re_does(self) -> None:
+        """Lookarounds, flags and Unicode classes mean what they mean in `re`."""
+        norm = Normalizer([rule("d", "s", r"(?i)(?<=date: )\w+-\d+")])
+        assert json.loads(norm.apply(dumps({"s": "DATE: Déc-12 and date: x-1"}))) == {
+            "s": "DATE: «volatile:d» and date: «volatile:d»"
+        }
 
 
 class TestPresets:

@@ -23,6 +23,7 @@ from flowproof.events import DoneEvent, ErrorEvent, ErrorKind, RequestStartedEve
 from flowproof.log import addon_logger
 from flowproof.mcp import McpExchange
 from flowproof.mcp.stdio import StdioRecording
+from flowproof.options import Route
 from flowproof.redact import redact_url
 from flowproof.replay import Replayer
 from flowproof.request_key import PreparedRequest, prepare_request
@@ -30,6 +31,7 @@ from flowproof.views import turn_views
 from flowproof.wire import Codec, detect, is_model_host, normalize_host
 from flowproof.wire.base import FrameCodec
 from flowproof.wire.frames import detect_frames
+from flowproof.wire.providers import base_url_path
 
 __all__ = [
     "JSON_HEADERS",
@@ -73,6 +75,12 @@ def elapsed_ms(flow: http.HTTPFlow) -> float:
 def _is_websocket_upgrade(request: http.Request) -> bool:
     upgrade: str = request.headers.get("upgrade", "")
     return upgrade.strip().lower() == "websocket"
+
+
+def _split_query(target: str) -> tuple[str, str]:
+    """A request target as (path, ``?query`` or "")."""
+    path, mark, query = target.partition("?")
+    return path, mark + query
 
 
 def refuse_websocket(flow: http.HTTPFlow) -> None:
@@ -139,7 +147,12 @@ class Shared:
             return None
         req = flow.request
         host = req.pretty_host
-        path = req.path.split("?", 1)[0]
+        path, query = _split_query(req.path)
+        if self.config.route is Route.BASE_URL and (api_path := base_url_path(normalize_host(host), path)):
+            # A client that expects the version in the base URL (the Vercel AI SDK's `/messages`):
+            # the same call as the API's own path, forwarded and recorded as that path.
+            req.path = api_path + query
+            path = api_path
         extra = self.config.extra_hosts
         model_host = is_model_host(host, extra)
         if _is_websocket_upgrade(req):
@@ -209,12 +222,18 @@ class Shared:
         return True
 
     def hook_failed(self, flow: http.HTTPFlow, hook: str, error: Exception) -> None:
-        """A bug of ours must fail the run visibly, never let a call pass unrecorded or unmatched."""
+        """A bug of ours must fail the run visibly, never let a call pass unrecorded or unmatched.
+        A `FlowproofError` (a volatile rule that ran out of time) is the user's to fix: its own
+        message says what and where."""
         url = self.config.normalizer.mask_text(redact_url(flow.request.pretty_url))
-        text = self.config.normalizer.mask_text(
-            f"flowproof failed in its {hook} hook for {url}: {type(error).__name__}: {error}"
-        )
-        self.events.write(ErrorEvent(text, ErrorKind.HOOK, id=flow.id))
+        if isinstance(error, FlowproofError):
+            text = f"flowproof refused the call to {url}: {error}"
+            kind = ErrorKind.REQUEST
+        else:
+            text = f"flowproof failed in its {hook} hook for {url}: {type(error).__name__}: {error}"
+            kind = ErrorKind.HOOK
+        text = self.config.normalizer.mask_text(text)
+        self.events.write(ErrorEvent(text, kind, id=flow.id))
         log.error("hook_failed", hook=hook, flow_id=flow.id, error=type(error).__name__)
 
     def report_unconsumed(self) -> None:

@@ -27,7 +27,17 @@ a line, one connection per session.
 A connection that ends without ``close`` aborts its session: its listeners go,
 and nothing more is written (its runner gave up on the flow, and a recording
 written after the runner discarded the staging file would be left behind).
-mitmproxy runs hooks and these handlers on one event loop, so sessions need no lock.
+
+mitmproxy runs every hook on one event loop, shared by all sessions. A flow's
+own work — hashing with its volatile rules, matching, assembling a recording,
+its compare handler (user code), writing its cassette — therefore runs on the
+session's own worker thread, one hook at a time and in the order mitmproxy
+delivered them, so a session's state needs no lock and no flow's work can hold
+another flow's session or this control server. (The WebSocket hooks keep that
+order but run on the loop, where mitmproxy injects replayed frames; their work
+per frame is a hash and a lookup, and a volatile pattern there is time-bounded.) A ``close`` waits at most `CLOSE_WAIT`
+for the work still queued (a handler that never returns); then the session is
+aborted with an ``error`` event saying what was still running.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,15 +56,21 @@ from mitmproxy import ctx, exceptions, http
 from mitmproxy.proxy import mode_specs
 
 from flowproof.addon.shared import JSON_HEADERS, Shared, log
-from flowproof.events import Listener, ReadyEvent
+from flowproof.events import ErrorEvent, ErrorKind, Listener, ReadyEvent
 from flowproof.options import ProxyOptions, from_json
 
-__all__ = ["BuildState", "Session", "WarmSessions"]
+__all__ = ["CLOSE_WAIT", "BuildState", "Session", "WarmSessions"]
 
 #: Bound on one control line (options are paths and short strings; env may be a few KB).
 _MAX_LINE = 1 << 20
 #: Attempts at binding a session's listeners on fresh free ports before giving up.
 _BIND_ATTEMPTS = 3
+#: Hooks a session runs on the event loop rather than its worker (see `Session.hook`).
+_ON_LOOP = frozenset({"websocket_start", "websocket_message", "websocket_end"})
+#: How long a ``close`` waits for a session's queued work before aborting it: below the
+#: runner's own wait for the reply (`runner.proxy.FlowProxy.stop`, 10 s), so the runner
+#: hears why instead of giving the whole proxy up.
+CLOSE_WAIT = 8.0
 
 
 class _State(Protocol):
@@ -78,6 +95,10 @@ class Session:
     ports: frozenset[int] = frozenset()
     closed: bool = False
     listen: list[Listener] = field(default_factory=list)
+    #: The hook running on the worker right now (``Compare.response``), for the abort message.
+    running: str | None = None
+    _worker: ThreadPoolExecutor | None = None
+    _order: asyncio.Lock | None = None
 
     def run_hook(self, name: str, *args: object) -> None:
         """Invoke hook ``name`` on the session's chain in order, as mitmproxy would: one
@@ -86,10 +107,45 @@ class Session:
             hook = getattr(child, name, None)
             if hook is None:
                 continue
+            self.running = f"{type(child).__name__}.{name}"
             try:
                 hook(*args)
             except Exception as e:  # noqa: BLE001 — mitmproxy's own policy for a failing hook
                 log.error("session_hook_failed", session=self.number, hook=name, error=repr(e))
+            finally:
+                self.running = None
+
+    async def hook(self, name: str, *args: object) -> None:
+        """`run_hook` after the session's earlier hooks (one at a time, in arrival order), on
+        the session's worker thread; returns when it has run. The event loop serves every
+        other session meanwhile. The WebSocket hooks run on the loop itself: a replayed frame
+        is injected there (mitmproxy's ``inject.websocket`` makes a task on the running loop)."""
+        if self._order is None:
+            self._order = asyncio.Lock()
+        async with self._order:
+            if name in _ON_LOOP:
+                self.run_hook(name, *args)
+                return
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"flowproof-session-{self.number}")
+            await asyncio.get_running_loop().run_in_executor(self._worker, self.run_hook, name, *args)
+
+    async def drained(self, timeout: float) -> bool:
+        """True once the hooks that arrived before now have run, False if they are still
+        running after ``timeout`` seconds."""
+        if self._order is None:
+            return True
+        try:
+            await asyncio.wait_for(self._order.acquire(), timeout)
+        except TimeoutError:
+            return False
+        self._order.release()
+        return True
+
+    def release(self) -> None:
+        """Let the worker thread go once whatever it runs returns (it is never waited for)."""
+        if self._worker is not None:
+            self._worker.shutdown(wait=False, cancel_futures=True)
 
 
 def _free_port() -> int:
@@ -141,7 +197,7 @@ class WarmSessions:
             return None
         return session
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    async def request(self, flow: http.HTTPFlow) -> None:
         session = self.session_of(flow.client_conn)
         if session is None:
             if flow.response is None and flow.error is None:
@@ -152,36 +208,36 @@ class WarmSessions:
                     JSON_HEADERS,
                 )
             return
-        session.run_hook("request", flow)
+        await session.hook("request", flow)
 
-    def http_connect(self, flow: http.HTTPFlow) -> None:
-        self._dispatch("http_connect", flow)
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("http_connect", flow)
 
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
-        self._dispatch("requestheaders", flow)
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("requestheaders", flow)
 
-    def responseheaders(self, flow: http.HTTPFlow) -> None:
-        self._dispatch("responseheaders", flow)
+    async def responseheaders(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("responseheaders", flow)
 
-    def response(self, flow: http.HTTPFlow) -> None:
-        self._dispatch("response", flow)
+    async def response(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("response", flow)
 
-    def error(self, flow: http.HTTPFlow) -> None:
-        self._dispatch("error", flow)
+    async def error(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("error", flow)
 
-    def websocket_start(self, flow: http.HTTPFlow) -> None:
-        self._dispatch("websocket_start", flow)
+    async def websocket_start(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("websocket_start", flow)
 
-    def websocket_message(self, flow: http.HTTPFlow) -> None:
-        self._dispatch("websocket_message", flow)
+    async def websocket_message(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("websocket_message", flow)
 
-    def websocket_end(self, flow: http.HTTPFlow) -> None:
-        self._dispatch("websocket_end", flow)
+    async def websocket_end(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("websocket_end", flow)
 
-    def _dispatch(self, name: str, flow: http.HTTPFlow) -> None:
+    async def _dispatch(self, name: str, flow: http.HTTPFlow) -> None:
         session = self.session_of(flow.client_conn)
         if session is not None:
-            session.run_hook(name, flow)
+            await session.hook(name, flow)
 
     # ------------------------------------------------------------------ control server
 
@@ -249,7 +305,8 @@ class WarmSessions:
             options = from_json(message.get("options"))
         except ValueError as e:
             raise exceptions.OptionsError(f"Cannot parse {e}") from None
-        state = self._build(options)
+        # Loading the flow's cassette (seconds for a big one) runs off the loop, like its hooks.
+        state = await asyncio.to_thread(self._build, options)
         lazy = "connection_strategy" in ctx.options and ctx.options.connection_strategy == "lazy"
         if options.dials_lazily != lazy:
             # One strategy per process: a flow that needs the other one gets its own proxy.
@@ -323,10 +380,22 @@ class WarmSessions:
         if session.closed:
             return
         session.closed = True
+        if finish and not await session.drained(CLOSE_WAIT):
+            # User code that does not return (a compare handler): its flow cannot finish, and
+            # waiting longer would make its runner give up the whole proxy.
+            text = (
+                f"the flow's {session.running or 'work'} hook was still running {CLOSE_WAIT:g}s "
+                "after the agent finished, so its session was closed unfinished and nothing "
+                "was recorded — make the compare handler (or the volatile patterns) return promptly"
+            )
+            session.state.shared.events.write(ErrorEvent(text, ErrorKind.SESSION))
+            log.error("session_close_timed_out", session=session.number, running=session.running)
+            finish = False
         if finish:
-            session.run_hook("done")
+            await session.hook("done")
         else:
             self._abort_state(session.state)
+        session.release()
         for port in session.ports:
             if self.by_port.get(port) is session:
                 del self.by_port[port]
@@ -349,6 +418,7 @@ class WarmSessions:
         for session in list(self._open_sessions):
             session.closed = True
             self._abort_state(session.state)
+            session.release()
         self._open_sessions.clear()
         self.by_port.clear()
         if self._server is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from flowproof.cassette import Cassette
 from flowproof.errors import FlowproofError
 from flowproof.heal import readable_turns, short_text
+from flowproof.printable import printable
 from flowproof.report.text import indent
 from flowproof.trajectory import Trajectory, build_trajectory
 
@@ -88,4 +89,5 @@ def show_cassette(
             lines.append("  assistant:")
             lines.append(indent(response.text.rstrip()))
         lines.append(f"  finish: {response.finish_reason}")
-    return "\n".join(lines)
+    # A recorded reply's escape sequences (a title, OSC 52, cursor movement) are shown, not obeyed.
+    return printable("\n".join(lines))

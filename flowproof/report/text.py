@@ -18,6 +18,7 @@ from flowproof.errors import (
     EXIT_USAGE,
 )
 from flowproof.options import Mode
+from flowproof.printable import printable
 from flowproof.report.compare import report_lines
 from flowproof.verdict import FlowResult
 from flowproof.witness import SecretLeak
@@ -169,7 +170,8 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
             lines.append(indent(tail(result.agent_stderr)))
     if verbose and result.startup_seconds is not None:
         lines.append(f"  proxy ready in {result.startup_seconds:.2f}s; flow took {result.duration:.2f}s")
-    return "\n".join(lines)
+    # Recorded text and agent output go to a terminal: shown, never obeyed (`printable`).
+    return printable("\n".join(lines))
 
 
 def witness_lines(result: FlowResult) -> list[str]:
@@ -252,4 +254,4 @@ def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
     else:
         worst = max(failed, key=lambda r: r.exit_code)
         last = next_step(worst)
-    return "\n\n".join(blocks) + f"\n\n{summary}.\n{last}"
+    return printable("\n\n".join(blocks) + f"\n\n{summary}.\n{last}")

@@ -28,6 +28,7 @@ from flowproof.errors import EXIT_ASSERTION, EXIT_OK, EXIT_USAGE, FlowproofError
 from flowproof.heal import diff_cassettes
 from flowproof.log import configure as configure_logging
 from flowproof.options import Mode, Route, base_url_ports, host_settings
+from flowproof.printable import printable
 from flowproof.report.cassette import show_cassette
 from flowproof.report.files import write_html, write_junit
 from flowproof.report.json_report import render_json
@@ -487,7 +488,7 @@ def diff_command(old: Path, new: Path) -> None:
     check_cassette(after, new)
     changes = diff_cassettes(before, after)
     text = "\n".join([*error_turns(after), changes]).strip()
-    click.echo(text or "no change in the trajectory")
+    click.echo(printable(text) or "no change in the trajectory")
     if changes:
         sys.exit(EXIT_DIFFERENT)
 

@@ -25,6 +25,7 @@ from flowproof.cassette import Cassette, load_cassette
 from flowproof.cassette_check import check_cassette
 from flowproof.commands import record_command
 from flowproof.errors import (
+    EXIT_USAGE,
     AgentError,
     CassetteError,
     CassetteNotFoundError,
@@ -136,7 +137,26 @@ def run_flow(spec_path: Path | str, options: RunOptions) -> FlowResult:
             exit_code=e.exit_code,
             error=str(e),
         )
+    except OSError as e:
+        # The file system refused something no check above foresaw (a folder that turned
+        # read-only, a full disk): this flow fails; the others and every report go on.
+        # Only a file's error (it names the file); a socket's is not the user's to fix.
+        if e.filename is None:
+            raise
+        result = FlowResult(
+            spec_path=spec_path,
+            name=spec_path.name,
+            mode=options.mode,
+            exit_code=EXIT_USAGE,
+            error=file_error_text(e),
+        )
     return _with(result, duration=time.monotonic() - started)
+
+
+def file_error_text(error: OSError) -> str:
+    """One line for a file-system error: the file, what the system said, what to do."""
+    return (f"{error.filename}: {error.strerror or error} — check that the file's folder exists, is "
+            "writable and has room, then run again")
 
 
 def _with(result: FlowResult, **changes: Any) -> FlowResult:

@@ -16,11 +16,20 @@ failing. See docs/reliability.md.
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MATCH_SECONDS", "MAX_PATTERN_CHARS", "BoundedPattern", "PatternTimeout", "compile_bounded"]
+__all__ = [
+    "MATCH_SECONDS",
+    "MAX_PATTERN_CHARS",
+    "BoundedPattern",
+    "PatternTimeout",
+    "bound",
+    "compile_bounded",
+]
 
 #: The time bound of one search. The engine checks its clock coarsely (a search stops
 #: within about a second and a half of it on a loaded machine), so it is kept small.
@@ -57,6 +66,14 @@ class BoundedPattern:
         except TimeoutError:
             raise PatternTimeout(self.pattern, len(text)) from None
         return found is not None
+
+    def sub(self, repl: Callable[[Any], str], text: str) -> str:
+        """``re.sub`` with the bound: every match replaced by ``repl(match)``; `PatternTimeout`
+        past it (the volatile rules' replacement, `flowproof.normalize`)."""
+        try:
+            return str(self._compiled.sub(repl, text, timeout=MATCH_SECONDS, concurrent=True))
+        except TimeoutError:
+            raise PatternTimeout(self.pattern, len(text)) from None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, BoundedPattern) and other.pattern == self.pattern
@@ -95,3 +112,22 @@ def compile_bounded(text: str) -> BoundedPattern:
     except (OverflowError, RecursionError, ValueError, MemoryError) as e:
         raise ValueError(f"bad regular expression `{text}`: {e}") from None
     return BoundedPattern(text, compiled)
+
+
+#: The ``re`` flags a pattern carries over to ``regex`` (the two share these values).
+_FLAGS = re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE | re.ASCII
+
+
+@functools.lru_cache(maxsize=256)
+def _bound(text: str, flags: int) -> BoundedPattern:
+    import regex  # see compile_bounded
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return BoundedPattern(text, regex.compile(text, flags=flags | regex.VERSION0))
+
+
+def bound(pattern: re.Pattern[str]) -> BoundedPattern:
+    """The time-bounded form of a pattern ``re`` already compiled (a volatile rule's, checked
+    when its spec loaded): the same source and flags on the ``regex`` engine."""
+    return _bound(pattern.pattern, pattern.flags & _FLAGS)

@@ -19,6 +19,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from flowproof.errors import SpecError, SpecProblem
+from flowproof.files import UnreadableFileError, read_regular_file
 
 __all__ = [
     "MAX_ALIASES",
@@ -183,20 +184,24 @@ def too_big(display: str, size: int) -> SpecError:
 
 def read_limited(path: Path | str) -> str:
     """The text of the spec file at ``path``; `SpecError` (one paragraph, no traceback) when it
-    is missing, a directory, not UTF-8, unreadable, or over `MAX_SPEC_BYTES`."""
+    is missing, a directory or anything else but a regular file (a FIFO, ``/dev/zero``), not
+    UTF-8, unreadable, or over `MAX_SPEC_BYTES`."""
     display = str(path)
     try:
-        # Checked before reading: a huge file is refused in milliseconds, not parsed for minutes.
-        size = Path(path).stat().st_size
-        if size > MAX_SPEC_BYTES:
-            raise too_big(display, size)
-        return Path(path).read_text(encoding="utf-8")
+        # A huge file is refused from its size, in milliseconds, not parsed for minutes; a FIFO
+        # or a device is refused before a byte is read (it would hang or never end).
+        text = read_regular_file(path, MAX_SPEC_BYTES).decode("utf-8")
+    except UnreadableFileError as e:
+        if e.kind is None:
+            raise too_big(display, e.size or 0) from None
+        if e.kind == "a directory":
+            raise SpecError([SpecProblem(display, 1, 1, "the spec path is a directory",
+                                         "name a *.flow.yaml file")]) from None
+        raise SpecError([SpecProblem(display, 1, 1, f"the spec path is {e.kind}, not a regular file",
+                                     "name a *.flow.yaml file")]) from None
     except FileNotFoundError:
         raise SpecError([SpecProblem(display, 1, 1, "the spec file does not exist",
                                      "check the path")]) from None
-    except IsADirectoryError:
-        raise SpecError([SpecProblem(display, 1, 1, "the spec path is a directory",
-                                     "name a *.flow.yaml file")]) from None
     except UnicodeDecodeError as e:
         raise SpecError([SpecProblem(display, 1, 1,
                                      f"the spec file is not UTF-8 text (byte {e.start})",
@@ -205,3 +210,5 @@ def read_limited(path: Path | str) -> str:
         raise SpecError([SpecProblem(display, 1, 1,
                                      f"cannot read the spec file: {e.strerror or e}",
                                      "check that the file exists and is readable")]) from None
+    # As a file opened as text reads it (universal newlines): CRLF specs parse as before.
+    return text.replace("\r\n", "\n").replace("\r", "\n")

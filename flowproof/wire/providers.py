@@ -9,7 +9,8 @@ to know a provider reads it from here, never from a list of its own:
 - the agent's environment in ``runner/env.py``: hosts that ``NO_PROXY`` must
   not bypass, the base-URL variables of ``agent.route: base_url``, and the API
   key variables that decide where a placeholder key may go;
-- the reverse listeners of the base-URL route (``base_url_host``);
+- the reverse listeners of the base-URL route (``base_url_host``) and the paths clients
+  send there (``base_url_aliases``);
 - the volatile-rule refusal list of the spec loader (``system_roots``,
   ``message_roots``, ``tool_roots``, ``model_roots``, ``content_keys``);
 - the cassette header allow-list (``allowed_headers``);
@@ -37,6 +38,7 @@ __all__ = [
     "Provider",
     "allowed_headers",
     "base_url_families",
+    "base_url_path",
     "base_url_vars",
     "conversation_vocabulary",
     "model_host_suffixes",
@@ -79,6 +81,12 @@ class Provider:
     base_url_host: str
     #: The variables the official clients read their base URL from.
     base_url_vars: tuple[BaseUrlVar, ...]
+    #: Paths clients send on the base-URL route when they expect the base URL to carry the
+    #: API version and it does not (``ANTHROPIC_BASE_URL`` has none, as the anthropic SDKs and
+    #: Claude Code want; a client on the Vercel AI SDK, opencode among them, appends only
+    #: ``/messages``), each with the API path it stands for; may be empty. The request goes
+    #: upstream, and into the cassette, as that API path.
+    base_url_aliases: tuple[tuple[str, str], ...]
     #: The name a spec gives this API's base URL for a variable of its own choosing:
     #: ``${flowproof.base_url.<family>}`` (APIs on one base URL share it).
     family: str
@@ -142,6 +150,7 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/chat/completions",),
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
+        base_url_aliases=(),
         family="openai",
         python_modules=("openai", "agents"),
         node_packages=("openai", "@openai/agents"),
@@ -170,6 +179,7 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/responses",),
         base_url_host=_OPENAI_HOST,
         base_url_vars=_OPENAI_BASE_URL,
+        base_url_aliases=(),
         family="openai",
         python_modules=("openai", "agents"),
         node_packages=("openai", "@openai/agents"),
@@ -194,6 +204,7 @@ PROVIDERS: tuple[Provider, ...] = (
         path_suffixes=("/messages",),
         base_url_host="api.anthropic.com",
         base_url_vars=(BaseUrlVar("ANTHROPIC_BASE_URL", ""),),
+        base_url_aliases=(("/messages", "/v1/messages"),),
         family="anthropic",
         python_modules=("anthropic", "claude_agent_sdk"),
         node_packages=("@anthropic-ai/sdk", "@anthropic-ai/claude-agent-sdk"),
@@ -220,14 +231,17 @@ PROVIDERS: tuple[Provider, ...] = (
         hosts=("generativelanguage.googleapis.com",),
         # Vertex AI: us-central1-aiplatform.googleapis.com and its regional siblings.
         host_suffixes=("aiplatform.googleapis.com",),
+        # google-genai sends v1 by default and v1beta when asked (the REST reference's form).
         paths=(
+            "/v1/models/{model}:generateContent",
+            "/v1/models/{model}:streamGenerateContent",
             "/v1beta/models/{model}:generateContent",
             "/v1beta/models/{model}:streamGenerateContent",
-            "/v1/models/{model}:streamGenerateContent",
         ),
         path_suffixes=(":streamGenerateContent", ":generateContent"),
         base_url_host="generativelanguage.googleapis.com",
         base_url_vars=(BaseUrlVar("GOOGLE_GEMINI_BASE_URL", ""),),
+        base_url_aliases=(),
         family="gemini",
         python_modules=("google.genai", "google.generativeai"),
         node_packages=("@google/genai", "@google/generative-ai"),
@@ -284,6 +298,22 @@ def base_url_vars() -> tuple[tuple[str, BaseUrlVar], ...]:
         for var in p.base_url_vars:
             seen.setdefault(var.name, (p.base_url_host, var))
     return tuple(seen.values())
+
+
+def base_url_path(host: str, path: str) -> str | None:
+    """The API path a base-URL-route request to upstream ``host`` (normalized) at ``path`` (no
+    query) stands for, when ``path`` is a client's alias of it (`Provider.base_url_aliases`);
+    None otherwise.
+
+    >>> base_url_path("api.anthropic.com", "/messages")
+    '/v1/messages'
+    >>> base_url_path("api.anthropic.com", "/v1/messages") is None
+    True
+    """
+    return _ALIASES.get((host, path.rstrip("/")))
+
+
+_ALIASES = {(p.base_url_host, alias): api for p in PROVIDERS for alias, api in p.base_url_aliases}
 
 
 def base_url_families() -> tuple[tuple[str, str, str], ...]:

@@ -45,6 +45,20 @@ class TestDetect:
         answered.response = http.Response.make(200, b"{}")
         assert shared.detect(answered) is None
 
+    def test_a_base_url_alias_is_the_api_s_own_path_on_the_base_url_route_only(self):
+        """The Vercel AI SDK posts ANTHROPIC_BASE_URL + /messages: on the base-URL route that
+        is the Messages API, forwarded (query kept) and recorded as /v1/messages."""
+        body = b'{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[]}'
+        on_route = Shared(config(flowproof_mode="record", flowproof_route="base_url"))
+        flow = model_flow(body, host="api.anthropic.com", path="/messages?beta=true")
+        call = on_route.detect(flow)
+        assert call is not None and call.codec is not None and call.codec.name == "anthropic"
+        assert flow.request.path == "/v1/messages?beta=true"
+        proxy = Shared(config(flowproof_mode="record", flowproof_route="proxy"))
+        other = model_flow(body, host="api.anthropic.com", path="/messages")
+        seen = proxy.detect(other)
+        assert seen is not None and seen.codec is None and other.request.path == "/messages"
+
     def test_websocket_upgrade_to_a_model_host_is_refused(self):
         """A WebSocket upgrade to a model host gets a 426 and nothing else happens."""
         flow = model_flow(

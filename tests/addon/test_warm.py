@@ -7,15 +7,23 @@ with the client's local port set to the listener they "arrived on".
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mitmproxy import http
+from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.test import taddons
 
 from flowproof.addon import Flowproof
+from flowproof.addon import warm as warm_module
 from flowproof.addon.core import build_flow_state
+from flowproof.addon.options import AddonConfig
+from flowproof.addon.shared import Shared
 from flowproof.addon.warm import Session, WarmSessions
 from flowproof.options import Mode, ProxyOptions
 
@@ -47,15 +55,15 @@ def kinds(path: Path) -> list[str]:
 
 
 class TestRouting:
-    def test_each_flow_is_answered_by_the_session_of_its_listener(self, tmp_path: Path) -> None:
+    async def test_each_flow_is_answered_by_the_session_of_its_listener(self, tmp_path: Path) -> None:
         """Two replay sessions with different cassettes: the port decides which one answers."""
         with taddons.context():
             a = replay_session(tmp_path, "a", 1, 5001, "from A")
             b = replay_session(tmp_path, "b", 2, 5002, "from B")
             warm = router(tmp_path, a, b)
             fa, fb = on_port(model_flow(chat_body()), 5001), on_port(model_flow(chat_body()), 5002)
-            warm.request(fa)
-            warm.request(fb)
+            await warm.request(fa)
+            await warm.request(fb)
             assert fa.response is not None and b"from A" in fa.response.content
             assert fb.response is not None and b"from B" in fb.response.content
             for session in (a, b):
@@ -63,28 +71,28 @@ class TestRouting:
             assert kinds(tmp_path / "a.jsonl") == ["request_started", "turn"]
             assert kinds(tmp_path / "b.jsonl") == ["request_started", "turn"]
 
-    def test_egress_hooks_reach_the_session_of_the_listener(self, tmp_path: Path) -> None:
+    async def test_egress_hooks_reach_the_session_of_the_listener(self, tmp_path: Path) -> None:
         """CONNECT and request headers are routed like requests: each session sees its own hosts."""
         with taddons.context():
             a = replay_session(tmp_path, "a", 1, 5001, "from A")
             b = replay_session(tmp_path, "b", 2, 5002, "from B")
             warm = router(tmp_path, a, b)
-            warm.http_connect(on_port(model_flow(b"", host="exfil.example.test", method="CONNECT"), 5001))
-            warm.requestheaders(on_port(model_flow(chat_body()), 5002))
+            await warm.http_connect(on_port(model_flow(b"", host="exfil.example.test", method="CONNECT"), 5001))
+            await warm.requestheaders(on_port(model_flow(chat_body()), 5002))
             for session in (a, b):
                 session.state.shared.events.close()
             assert [e["host"] for e in read_log(tmp_path / "a.jsonl")] == ["exfil.example.test"]
             assert [e["host"] for e in read_log(tmp_path / "b.jsonl")] == ["api.openai.com"]
 
-    def test_a_flow_on_no_open_session_is_refused_never_forwarded(self, tmp_path: Path) -> None:
+    async def test_a_flow_on_no_open_session_is_refused_never_forwarded(self, tmp_path: Path) -> None:
         """A connection left on a closed (or unknown) listener gets a 502, not the real API."""
         with taddons.context():
             a = replay_session(tmp_path, "a", 1, 5001, "from A")
             warm = router(tmp_path, a)
             a.closed = True
             stray, unknown = on_port(model_flow(chat_body()), 5001), on_port(model_flow(chat_body()), 6000)
-            warm.request(stray)
-            warm.request(unknown)
+            await warm.request(stray)
+            await warm.request(unknown)
             for flow in (stray, unknown):
                 assert flow.response is not None and flow.response.status_code == 502
                 assert "no flow is open" in json.loads(flow.response.content)["error"]["message"]
@@ -112,6 +120,92 @@ class TestRouting:
 
         Session(1, State()).run_hook("done")
         assert calls == ["later"]
+
+
+class _Chain:
+    """A session state whose chain is ``children`` (and a real log at ``log``)."""
+
+    def __init__(self, log: Path, *children: object) -> None:
+        self.shared = Shared(AddonConfig(ProxyOptions(report=log)))
+        self.children = children
+
+    @property
+    def addons(self) -> list[object]:
+        return [*self.children, self.shared.events]
+
+
+class TestOneSessionCannotHoldAnother:
+    async def test_a_hook_that_blocks_holds_only_its_own_session(self, tmp_path: Path) -> None:
+        """A flow's hook stuck in user code (a slow compare handler, a backtracking volatile
+        pattern): another session's flow is answered meanwhile, and so is the stuck one after."""
+        other_answered = threading.Event()
+        seen: list[str] = []
+
+        class Stuck:
+            def request(self, flow: http.HTTPFlow) -> None:
+                # On one event loop this would wait the whole 5 s and find B unanswered.
+                seen.append("B first" if other_answered.wait(5) else "B held")
+
+        with taddons.context():
+            stuck = Session(1, _Chain(tmp_path / "a.jsonl", Stuck()), (), frozenset({5001}))  # type: ignore[arg-type]
+            b = replay_session(tmp_path, "b", 2, 5002, "from B")
+            warm = router(tmp_path, stuck, b)
+            fa, fb = on_port(model_flow(chat_body()), 5001), on_port(model_flow(chat_body()), 5002)
+            held = asyncio.ensure_future(warm.request(fa))
+            await asyncio.sleep(0)
+            await asyncio.wait_for(warm.request(fb), 5)
+            assert fb.response is not None and b"from B" in fb.response.content
+            other_answered.set()
+            await asyncio.wait_for(held, 5)
+            assert seen == ["B first"]
+            b.state.shared.events.close()
+
+    async def test_a_session_s_hooks_run_one_at_a_time_in_order(self, tmp_path: Path) -> None:
+        order: list[str] = []
+
+        class Slow:
+            def request(self, flow: http.HTTPFlow) -> None:
+                order.append(f"start {flow.id}")
+                time.sleep(0.05)
+                order.append(f"end {flow.id}")
+
+        with taddons.context():
+            session = Session(1, _Chain(tmp_path / "a.jsonl", Slow()), (), frozenset({5001}))  # type: ignore[arg-type]
+            warm = router(tmp_path, session)
+            flows = [on_port(model_flow(chat_body()), 5001) for _ in range(3)]
+            await asyncio.gather(*(warm.request(f) for f in flows))
+        assert order == [f"{edge} {f.id}" for f in flows for edge in ("start", "end")]
+
+    async def test_close_gives_up_on_work_that_does_not_return_and_says_so(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The session is aborted after CLOSE_WAIT (nothing recorded, an error event naming the
+        hook), instead of a close that hangs until the runner gives the whole proxy up."""
+        monkeypatch.setattr(warm_module, "CLOSE_WAIT", 0.2)
+        release = threading.Event()
+        done: list[str] = []
+
+        class Handler:
+            def response(self, flow: http.HTTPFlow) -> None:
+                release.wait(10)
+
+            def done(self) -> None:
+                done.append("done")
+
+        with taddons.context(Proxyserver()):
+            session = Session(1, _Chain(tmp_path / "a.jsonl", Handler()), (), frozenset({5001}))  # type: ignore[arg-type]
+            warm = router(tmp_path, session)
+            flow = on_port(model_flow(chat_body()), 5001)
+            stuck = asyncio.ensure_future(warm.response(flow))
+            await asyncio.sleep(0.05)
+            started = time.monotonic()
+            await asyncio.wait_for(warm._close(session, finish=True), 5)
+            took = time.monotonic() - started
+            release.set()
+            await asyncio.wait_for(stuck, 5)
+        assert took < 2 and done == [] and session.closed
+        [error] = [e for e in read_log(tmp_path / "a.jsonl") if e["event"] == "error"]
+        assert "Handler.response hook was still running 0.2s after the agent finished" in error["text"]
 
 
 class TestRootInWarmMode:

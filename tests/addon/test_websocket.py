@@ -21,6 +21,8 @@ import pytest
 
 from flowproof.cassette import WEBSOCKET_METHOD, TurnRef, load_cassette
 from flowproof.divergence import Divergence
+from flowproof.options import Mode, ProxyOptions
+from flowproof.runner.proxy import ProxyPool
 from flowproof.testing import FakeModelServer, Reply
 
 from .conftest import Mitmdump, start_mitmdump
@@ -273,6 +275,27 @@ class TestReplay:
             assert served == [("replay", i) for i in range(3)]
             assert events[-1]["event"] == "done" and events[-1]["unconsumed"] == []
         assert len(server.model_requests) == 3  # only the recording's frames ever reached it
+
+    def test_replay_through_a_session_of_the_shared_proxy(
+        self, tmp_path: Path, ca_bundle: tuple[Path, Path], recorded: tuple[Path, list[Any], FakeModelServer],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """The runner's path: a session on the shared proxy, whose hooks run in order and whose
+        recorded frames are injected from the event loop (its WebSocket hooks run there)."""
+        monkeypatch.delenv("FLOWPROOF_ADDON_SCRIPT", raising=False)
+        confdir, bundle = ca_bundle
+        cassette, recorded_ends, _server = recorded
+        with ProxyPool() as pool:
+            session = pool.open(ProxyOptions(mode=Mode.REPLAY, cassette=cassette, report=tmp_path / "s.jsonl"),
+                                confdir)
+            try:
+                ends = weather_agent(session, bundle)  # type: ignore[arg-type]
+            finally:
+                session.stop()
+            events = session.events()
+        assert [e.model_dump() for e in ends] == [e.model_dump() for e in recorded_ends]
+        assert [e["event"] for e in events if e["event"] in ("turn", "divergence", "error")] == ["turn"] * 3
+        assert events[-1]["event"] == "done" and events[-1]["unconsumed"] == []
 
     def test_one_edited_word_is_a_divergence_and_an_error_event_with_status(
         self, tmp_path: Path, ca_bundle: tuple[Path, Path], recorded: tuple[Path, list[Any], FakeModelServer]

@@ -215,7 +215,8 @@ def node_agent() -> Path:
         if os.environ.get("CI"):
             pytest.fail(message)  # CI machines have Node: a skip there would hide a broken setup
         pytest.skip(message)
-    if not (NODE_AGENT / "node_modules" / "openai" / "package.json").is_file():
+    packages = json.loads((NODE_AGENT / "package.json").read_text())["dependencies"]
+    if not all((NODE_AGENT / "node_modules" / name / "package.json").is_file() for name in packages):
         done = subprocess.run(
             [npm, "install", "--no-audit", "--no-fund", "--silent"],
             cwd=NODE_AGENT, capture_output=True, timeout=300, check=False,

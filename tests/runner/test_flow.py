@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import shlex
 import sys
@@ -18,6 +19,7 @@ from flowproof.errors import (
     EXIT_USAGE,
 )
 from flowproof.options import ProxyOptions
+from flowproof.runner import flow as flow_module
 from flowproof.runner.flow import RunOptions, run_flow
 from flowproof.runner.recording import rejected_path, staging_path
 
@@ -217,6 +219,22 @@ class TestRecord:
         assert result.exit_code == EXIT_OK
         assert result.heal_diff is None
         assert (tmp_path / "booking.cassette.json").read_text() == text
+
+    def test_a_file_error_nobody_foresaw_is_that_flows_exit_2(
+        self, tmp_path: Path, opts, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An OSError naming a file (a disk that filled up mid-run) fails the flow, not the run."""
+
+        class Full(flow_module.Staging):
+            def discard(self) -> None:
+                raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+
+        monkeypatch.setattr(flow_module, "Staging", Full)
+        spec = write_spec(tmp_path)
+        result = run_flow(spec, opts({"events": turn_events(BOOKING_TURNS)}, mode="record"))
+        assert result.exit_code == EXIT_USAGE, result
+        assert result.error is not None and str(staging_path(tmp_path / "booking.cassette.json")) in result.error
+        assert "No space left on device" in result.error
 
 
 def result_json(kind: str = "paired", equal: bool = True, turn: int | None = 0) -> dict:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
 
 from flowproof.cassette import loads_cassette
 from flowproof.errors import AgentError, ProxyError
+from flowproof.runner import recording
+from flowproof.runner.lock import CassetteFolderError
 from flowproof.runner.recording import Staging, rejected_path, staging_path
 
 from .helpers import BOOKING_TURNS, cassette_text, chat_turn
@@ -61,3 +64,30 @@ class TestStaging:
         staging.discard()
         staging.discard()
         assert not staging.path.exists()
+
+    def test_a_recording_that_never_reached_the_model_leaves_no_rejected_file(self, tmp_path: Path):
+        """No turn and no MCP exchange: nothing to inspect, so nothing is kept aside."""
+        staging = staged(tmp_path, [])
+        assert staging.reject() is None
+        assert not staging.path.exists() and not rejected_path(staging.cassette).exists()
+
+    def test_an_unreadable_recording_is_still_kept_aside(self, tmp_path: Path):
+        staging = Staging(tmp_path / "booking.cassette.json")
+        staging.path.write_text('{"format": 1, "turns": [')
+        assert staging.reject() == rejected_path(staging.cassette)
+
+
+class TestTheFolderRefuses:
+    def test_a_rename_the_folder_refuses_names_the_folder(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        """The folder turned read-only (or full) after the lock: exit 2 naming it, never an OSError."""
+        staging = staged(tmp_path, BOOKING_TURNS)
+
+        def refuse(src: object, dst: object) -> None:
+            raise PermissionError(errno.EACCES, "Permission denied", str(src))
+
+        monkeypatch.setattr(recording.os, "replace", refuse)
+        for attempt in (lambda: staging.keep(3, None), staging.reject):
+            with pytest.raises(CassetteFolderError, match="not writable") as caught:
+                attempt()
+            assert str(tmp_path) in str(caught.value) and caught.value.exit_code == 2
+        assert staging.path.exists() and not staging.cassette.exists()

@@ -16,6 +16,7 @@ from flowproof.wire.providers import (
     PROVIDERS,
     Provider,
     allowed_headers,
+    base_url_path,
     base_url_vars,
     conversation_vocabulary,
     model_host_suffixes,
@@ -31,6 +32,7 @@ MAY_BE_EMPTY = {
     "host_suffixes": "only Azure and Vertex are host families",
     "system_roots": "chat completions carries the system prompt inside messages",
     "model_roots": "gemini names the model in the URL path",
+    "base_url_aliases": "only the Vercel AI SDK's anthropic path differs from the API's own",
     "cache_ignored_keys": "only Anthropic marks cache breakpoints inside the cached prefix",
 }
 
@@ -66,6 +68,9 @@ class TestEveryCodecDeclaresEveryField:
             ("anthropic", "host_suffixes"),
             ("gemini", "model_roots"),
             ("openai-chat", "system_roots"),
+            ("openai-chat", "base_url_aliases"),
+            ("openai-responses", "base_url_aliases"),
+            ("gemini", "base_url_aliases"),
             ("openai-chat", "cache_ignored_keys"),
             ("openai-responses", "cache_ignored_keys"),
             ("gemini", "cache_ignored_keys"),
@@ -98,6 +103,22 @@ class TestDetectionReadsTheTable:
             for path in row.paths:
                 codec = detect("POST", host, path.replace("{model}", "some-model"))
                 assert codec is not None and codec.name == row.name, (host, path)
+
+    @pytest.mark.parametrize("row", PROVIDERS, ids=lambda p: p.name)
+    def test_every_base_url_alias_stands_for_one_of_the_row_s_own_paths(self, row: Provider) -> None:
+        """An alias is a path the codec would not take by itself; what it stands for is one it
+        takes, on the row's base-URL upstream."""
+        for alias, api_path in row.base_url_aliases:
+            assert api_path in row.paths, (alias, api_path)
+            assert detect("POST", row.base_url_host, alias) is None
+            assert base_url_path(row.base_url_host, alias) == api_path
+            assert base_url_path(row.base_url_host, alias + "/") == api_path
+            assert base_url_path("elsewhere.example", alias) is None
+
+    def test_the_ai_sdk_s_anthropic_path_is_an_alias(self) -> None:
+        assert base_url_path("api.anthropic.com", "/messages") == "/v1/messages"
+        assert base_url_path("api.anthropic.com", "/v1/messages") is None
+        assert base_url_path("api.openai.com", "/messages") is None
 
     @pytest.mark.parametrize("row", PROVIDERS, ids=lambda p: p.name)
     def test_path_suffixes_on_an_extra_host(self, row: Provider) -> None:

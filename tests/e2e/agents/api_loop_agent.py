@@ -2,8 +2,10 @@
 
 Environment: FP_API (openai-chat | openai-responses | anthropic | gemini), FP_STREAM=1 to
 stream, FP_TITLE=1 to also ask for a conversation title from a concurrent thread with its
-own system prompt (openai-chat), FP_LANE to tag the system prompt. The prompt is $FLOWPROOF_PROMPT. The one tool,
-book_flight, always answers {"booking": "B-1042"}. Prints the final reply.
+own system prompt (openai-chat; FP_TITLE_DELAY seconds after the main call starts), FP_LANE
+to tag the system prompt, FP_GEMINI_API_VERSION for the version in Gemini's path. The prompt
+is $FLOWPROOF_PROMPT. The one tool, book_flight, always answers {"booking": "B-1042"}. Prints
+the final reply.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import Any
 
 API = os.environ["FP_API"]
@@ -80,6 +83,7 @@ def title() -> None:
 
     client = openai.OpenAI(max_retries=0)
     messages = [{"role": "system", "content": TITLE_SYSTEM}, {"role": "user", "content": PROMPT}]
+    time.sleep(float(os.environ.get("FP_TITLE_DELAY") or 0))
     chat_turn(client, messages, openai.NOT_GIVEN)
 
 
@@ -144,7 +148,10 @@ def gemini() -> str:
     from google import genai
     from google.genai import types
 
-    client = genai.Client(api_key=os.environ.get("GEMINI_API_KEY") or os.environ["GOOGLE_API_KEY"])
+    # FP_GEMINI_API_VERSION (v1beta) picks the API version google-genai puts in the path.
+    version = os.environ.get("FP_GEMINI_API_VERSION")
+    client = genai.Client(api_key=os.environ.get("GEMINI_API_KEY") or os.environ["GOOGLE_API_KEY"],
+                          http_options=types.HttpOptions(api_version=version) if version else None)
     config = types.GenerateContentConfig(
         system_instruction=SYSTEM,
         tools=[types.Tool(function_declarations=[
