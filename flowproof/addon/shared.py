@@ -135,7 +135,7 @@ class Shared:
             )
         elif prepared.forwarded != raw:
             req.content = prepared.forwarded
-        self.events.write(RequestStartedEvent(flow.id), flush=flush)
+        self.events.write(RequestStartedEvent(flow.id, req.timestamp_start), flush=flush)
         return prepared
 
     def map_upstream(self, req: http.Request) -> bool:
