@@ -42,6 +42,7 @@ PURE_CORE = (
     "flowproof.report_html",
     "flowproof.scaffold",
     "flowproof.doctor",
+    "flowproof.genai_spans",
 )
 
 
