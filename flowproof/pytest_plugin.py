@@ -34,6 +34,7 @@ from flowproof.options import Mode, Route, host_settings
 from flowproof.runner.collect import FLOW_SUFFIX
 from flowproof.runner.env import CAFiles, default_ca_dir, ensure_ca
 from flowproof.runner.flow import RunOptions, run_flow
+from flowproof.runner.otel import check_otel, export_runs
 from flowproof.runner.proxy import ProxyPool, warm_enabled
 from flowproof.runner.report import next_step, render_flow
 from flowproof.runner.session import ProxySession, session_report
@@ -52,6 +53,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="How *.flow.yaml items run: replay the cassette strictly (default), record a "
         "new one (kept only if the flow passes), or compare live against it.",
     )
+    group.addoption(
+        "--flowproof-otel",
+        action="store_true",
+        help="Send each *.flow.yaml item's OpenTelemetry GenAI spans to the OTLP/HTTP endpoint of "
+        "OTEL_EXPORTER_OTLP_ENDPOINT, as flowproof-run --otel does (docs/otel.md).",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("flowproof_otel", False):
+        try:
+            check_otel(os.environ)
+        except FlowproofError as e:
+            raise pytest.UsageError(f"--flowproof-otel: {e}") from None
 
 
 #: The proxies of this pytest process (one per xdist worker), closed at unconfigure.
@@ -111,9 +126,17 @@ class FlowItem(pytest.Item):
         pool = proxy_pool(self.config)
         # The same settings flowproof-run takes from the environment (FLOWPROOF_UPSTREAM, …).
         hosts = host_settings(os.environ)
-        options = RunOptions(mode=mode, upstream=hosts.upstream, extra_hosts=hosts.extra_hosts, proxies=pool)
+        otel = bool(self.config.getoption("flowproof_otel"))
+        options = RunOptions(mode=mode, upstream=hosts.upstream, extra_hosts=hosts.extra_hosts, proxies=pool,
+                             otel=otel)
         result = run_flow(self.path, options)
         report = render_flow(result) + "\n" + next_step(result)
+        if otel:
+            try:
+                export_runs([result.spans])
+            except FlowproofError as e:
+                # As flowproof-run: an output asked for that could not be written fails the run.
+                raise FlowFailure(f"{report}\n--flowproof-otel: {e}", e.exit_code) from None
         self.user_properties.append(("flowproof_exit_code", result.exit_code))
         # Which warm proxy served the flow (none when it needed one of its own): the proof
         # that a worker starts one proxy for all its flows.

@@ -14,6 +14,7 @@ import signal
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -36,10 +37,12 @@ from flowproof.errors import (
     Interrupted,
 )
 from flowproof.events import DivergenceEvent, Event, McpRejectedEvent, TurnEvent, parse_events, witness_of
+from flowproof.genai_spans import RunFacts, SpanRecord, run_spans
 from flowproof.guard import guard_evidence
 from flowproof.mcp import calls_from_events
 from flowproof.model import Turn
 from flowproof.options import Mode, ProxyOptions, Route, Upstream, choose, listeners_for, with_spec
+from flowproof.redact import redact_text, secret_values
 from flowproof.runner.agents import AgentRun, EventSource, run_command_agent, run_url_agent
 from flowproof.runner.env import (
     CAFiles,
@@ -116,6 +119,10 @@ class RunOptions:
     progress: Progress | None = None
     #: A tools:/mcp: mock that never fired fails the flow (also `strict_mocks: true` in a spec).
     strict_mocks: bool = False
+    #: Build the run's GenAI spans (`FlowResult.spans`, docs/otel.md); with ``otel_content``
+    #: they carry the tool calls' arguments and results, masked as reports are.
+    otel: bool = False
+    otel_content: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +171,8 @@ class FlowResult:
     agent_tree: tuple[str, ...] = ()
     #: Tokens the responses reported: input, output, and the turns that reported none.
     usage: dict[str, Any] | None = None
+    #: With `RunOptions.otel`: the run's GenAI spans, for `runner.otel.export_runs`.
+    spans: tuple[SpanRecord, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def passed(self) -> bool:
@@ -280,6 +289,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 placeholders = proxy_options.dials_lazily
                 standins = write_standins(spec, Path(scratch) / "mcp", proxy.url, mode)
                 agent_environ = {**environ, **agent_variables(listeners), **standins}
+                agent_started = time.time()
                 run = _drive(
                     proxy, spec.agent, prompts, agent_environ, ca, placeholders,
                     proxy_options.model_hosts, timeout,
@@ -289,13 +299,14 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 )
             finally:
                 proxy.stop()
+            agent_ended = time.time()
             raw_events = proxy.events()
             if watch is not None:
                 watch.feed(raw_events)  # what arrived after the agent's last poll
             events = parse_events(raw_events)
         if cancel is not None and cancel.is_set():
             raise Interrupted(cancel.signum)
-        return _verdict(
+        result = _verdict(
             spec=spec,
             spec_path=spec_path,
             mode=mode,
@@ -311,6 +322,15 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             allow_error_turns=options.allow_error_turns or spec.allow_error_turns,
             strict_mocks=options.strict_mocks,
         )
+        if options.otel:
+            masking = secret_values(environ)
+            content = (lambda text: redact_text(text, masking)) if options.otel_content else None
+            # The verdict's words quote prompts and arguments: content, so opt-in like the rest.
+            why = _first_failure(result) if content is not None else None
+            facts = RunFacts(spec.name, mode, uuid.uuid4().hex, agent_started, agent_ended, result.exit_code,
+                             content(why) if content is not None and why else None)
+            result = _with(result, spans=run_spans(spec, events, facts, content=content))
+        return result
     finally:
         # A verdict keeps or rejects the staging file; on any other way out (an agent
         # that could not start, an error, Ctrl-C) nothing may be left behind.
@@ -320,6 +340,15 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
         held.close()
         if watch is not None:
             watch.finish()
+
+
+def _first_failure(result: FlowResult) -> str | None:
+    """The first line of why a flow failed, for its root span's status (None: it passed)."""
+    if result.passed:
+        return None
+    failed = [s.message for s in result.steps if not s.passed]
+    text = result.error or next(iter(result.divergences), None) or next(iter(failed), None) or result.missing
+    return text.strip().splitlines()[0] if text and text.strip() else None
 
 
 def _proxy_for(proxy_options: ProxyOptions, confdir: Path, options: RunOptions) -> FlowProxy:
