@@ -25,7 +25,7 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,15 +38,22 @@ from flowproof.mcp.stdio import StdioSession, session_from_json, session_to_json
 from flowproof.model import FinishReason, ResponseView, Turn
 from flowproof.options import Route
 from flowproof.wire import Codec, codec_by_name, with_path_fields
+from flowproof.wire.base import Frame
+from flowproof.wire.frames import frames_as_events
 from flowproof.wire.sse import SSEEvent, canonical_raw, encode_events
 
 __all__ = [
     "CASSETTE_FORMAT",
+    "WEBSOCKET_FORMAT",
+    "WEBSOCKET_METHOD",
     "Cassette",
+    "LooseFrame",
+    "RecordedConnection",
     "RecordedRequest",
     "RecordedResponse",
     "RecordedTurn",
     "Route",
+    "TurnRef",
     "dumps_cassette",
     "load_cassette",
     "loads_cassette",
@@ -58,8 +65,14 @@ __all__ = [
     "url_path",
 ]
 
-#: The newest cassette format this flowproof reads and the one it writes.
-CASSETTE_FORMAT = 1
+#: The newest cassette format this flowproof reads. It writes format 1 unless the cassette
+#: holds WebSocket turns (`WEBSOCKET_FORMAT`), so an HTTP-only cassette stays readable by an
+#: older flowproof, and one it would misread (frames it does not know) is refused by it.
+CASSETTE_FORMAT = 2
+#: The format of a cassette with WebSocket connections (docs/cassette.md).
+WEBSOCKET_FORMAT = 2
+#: The method a WebSocket turn's request is stored with: the frame is not an HTTP request.
+WEBSOCKET_METHOD = "WEBSOCKET"
 
 _ROUTES: tuple[str, ...] = tuple(r.value for r in Route)
 
@@ -88,9 +101,10 @@ class RecordedRequest:
 
 @dataclass(frozen=True, slots=True)
 class RecordedResponse:
-    """A recorded response: exactly one of ``events`` (SSE), ``body`` (JSON) or ``text``.
+    """A recorded response: exactly one of ``events`` (SSE), ``body`` (JSON), ``text``, or
+    ``frames`` (the server frames of a WebSocket turn, in order, up to its terminal frame).
 
-    A response with none of the three has an empty body.
+    A response with none of them has an empty body.
     """
 
     status: int
@@ -98,6 +112,7 @@ class RecordedResponse:
     body: Any | None = None
     events: tuple[SSEEvent, ...] | None = None
     text: str | None = None
+    frames: tuple[Frame, ...] | None = None
 
     @property
     def is_stream(self) -> bool:
@@ -120,6 +135,8 @@ class RecordedResponse:
                 return json.dumps(self.body, separators=(",", ":")).encode("ascii")
         if self.text is not None:
             return self.text.encode("utf-8", "surrogateescape")
+        if self.frames is not None:
+            return b"".join(f.content for f in self.frames)
         return b""
 
 
@@ -138,6 +155,42 @@ class RecordedTurn:
     request: RecordedRequest
     response: RecordedResponse | None
     abandoned: bool = False
+    #: The WebSocket connection (`RecordedConnection.index`) the turn was spoken on; None for HTTP.
+    connection: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRef:
+    """In a connection's transcript: turn ``turn``, its request frame and its response frames."""
+
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class LooseFrame:
+    """In a connection's transcript: a frame that belongs to no turn (a client frame that asks
+    nothing, a server frame sent while no turn was open)."""
+
+    from_client: bool
+    frame: Frame
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedConnection:
+    """One WebSocket connection to a model API: where it went, and its frame transcript.
+
+    ``transcript`` is every frame in the order the proxy saw it, each turn named once where
+    its request frame was sent (its frames are the turn's request and response). ``closed_by``
+    is ``client``, ``server``, or None when the connection was still open at the end.
+    """
+
+    index: int
+    provider: str
+    url: str
+    headers: dict[str, str]
+    transcript: tuple[TurnRef | LooseFrame, ...] = ()
+    closed_by: str | None = None
+    close_code: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,14 +198,22 @@ class Cassette:
     """A whole cassette: the turns in the order they completed, and the route they took.
 
     ``mcp`` holds the recorded MCP exchanges and ``mcp_stdio`` the recorded stdio MCP
-    sessions (docs/mcp.md), each written only when there are any.
+    sessions (docs/mcp.md), ``connections`` the WebSocket connections the turns with a
+    ``connection`` were spoken on; each is written only when there are any.
     """
 
     turns: tuple[RecordedTurn, ...]
     route: Route = Route.PROXY
-    format: int = CASSETTE_FORMAT
+    #: The format the file was read as (informational: the writer picks the format itself).
+    format: int = field(default=1, compare=False)
     mcp: tuple[McpExchange, ...] = ()
     mcp_stdio: tuple[StdioSession, ...] = ()
+    connections: tuple[RecordedConnection, ...] = ()
+
+    @property
+    def speaks_websocket(self) -> bool:
+        """True when the recorded agent spoke to a model API over a WebSocket."""
+        return bool(self.connections)
 
 
 # --------------------------------------------------------------------------- serialization
@@ -183,6 +244,8 @@ def _response_to_json(resp: RecordedResponse | None) -> dict[str, Any] | None:
         response["body"] = resp.body
     elif resp.text is not None:
         response["text"] = resp.text
+    elif resp.frames is not None:
+        response["frames"] = [f.to_json() for f in resp.frames]
     return response
 
 
@@ -195,6 +258,8 @@ def turn_to_json(t: RecordedTurn) -> dict[str, Any]:
     head: dict[str, Any] = {"index": t.index, "provider": t.provider}
     if t.abandoned:
         head["abandoned"] = True
+    if t.connection is not None:
+        head["connection"] = t.connection
     return {
         **head,
         "request": {
@@ -227,10 +292,32 @@ def _encode_file(text: str) -> bytes:
     return escaped.encode("utf-8", "surrogateescape")
 
 
+def _entry_to_json(entry: TurnRef | LooseFrame) -> dict[str, Any]:
+    if isinstance(entry, TurnRef):
+        return {"turn": entry.turn}
+    return {"client" if entry.from_client else "server": entry.frame.to_json()}
+
+
+def connection_to_json(c: RecordedConnection) -> dict[str, Any]:
+    """One WebSocket connection as the cassette stores it."""
+    out: dict[str, Any] = {
+        "index": c.index,
+        "provider": c.provider,
+        "url": c.url,
+        "headers": dict(c.headers),
+        "transcript": [_entry_to_json(e) for e in c.transcript],
+    }
+    if c.closed_by is not None:
+        out["closed_by"] = c.closed_by
+    if c.close_code is not None:
+        out["close_code"] = c.close_code
+    return out
+
+
 def dumps_cassette(cassette: Cassette) -> str:
     """The cassette as pretty-printed JSON: two-space indent, stable key order, final newline."""
     doc = {
-        "format": cassette.format,
+        "format": WEBSOCKET_FORMAT if cassette.connections else 1,
         "generator": _generator(),
         "route": cassette.route,
         "turns": [turn_to_json(t) for t in cassette.turns],
@@ -239,6 +326,8 @@ def dumps_cassette(cassette: Cassette) -> str:
         doc["mcp"] = [exchange_to_json(e) for e in cassette.mcp]
     if cassette.mcp_stdio:
         doc["mcp_stdio"] = [session_to_json(s) for s in cassette.mcp_stdio]
+    if cassette.connections:
+        doc["connections"] = [connection_to_json(c) for c in cassette.connections]
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -311,12 +400,15 @@ class _Reader:
         abandoned = obj.get("abandoned", False)
         if not isinstance(abandoned, bool):
             raise self.fail(where, f"field 'abandoned' should be true or false, not {_json_type(abandoned)}")
+        connection = obj.get("connection")
+        if connection is not None and (not isinstance(connection, int) or isinstance(connection, bool)):
+            raise self.fail(where, f"field 'connection' should be an integer, not {_json_type(connection)}")
         if abandoned and obj.get("response", {}) is None:
             # Nothing reached the client before it gave up.
-            return RecordedTurn(index, provider, request, None, abandoned=True)
+            return RecordedTurn(index, provider, request, None, abandoned=True, connection=connection)
         resp = self.field(obj, "response", dict, where)
         sw = f"{where} response"
-        present = [k for k in ("events", "body", "text") if k in resp]
+        present = [k for k in ("events", "body", "text", "frames") if k in resp]
         if len(present) > 1:
             both = " and ".join(present)
             raise self.fail(sw, f"has {both}; a response holds exactly one of them")
@@ -327,15 +419,61 @@ class _Reader:
             events = tuple(self.event(e, f"{sw} event {i}") for i, e in enumerate(raw_events))
         if "text" in resp:
             text = self.field(resp, "text", str, sw)
+        frames: tuple[Frame, ...] | None = None
+        if "frames" in resp:
+            frames = tuple(self.frame(f, f"{sw} frame {i}") for i, f in enumerate(self.field(resp, "frames", list, sw)))
         response = RecordedResponse(
             status=self.field(resp, "status", int, sw),
             headers=self.headers(resp, sw),
             body=resp.get("body"),
             events=events,
             text=text,
+            frames=frames,
         )
         return RecordedTurn(
-            index=index, provider=provider, request=request, response=response, abandoned=abandoned
+            index=index, provider=provider, request=request, response=response, abandoned=abandoned,
+            connection=connection,
+        )
+
+    def frame(self, obj: Any, where: str) -> Frame:
+        try:
+            return Frame.from_json(obj)
+        except ValueError as e:
+            raise self.fail(where, str(e)) from None
+
+    def connection(self, obj: Any, position: int, turns: int) -> RecordedConnection:
+        where = f"connection {position}"
+        if not isinstance(obj, dict):
+            raise self.fail(where, f"should be an object, not {_json_type(obj)}")
+        entries: list[TurnRef | LooseFrame] = []
+        for i, entry in enumerate(self.field(obj, "transcript", list, where)):
+            at = f"{where} transcript entry {i}"
+            if not isinstance(entry, dict) or len(entry) != 1:
+                raise self.fail(at, 'should be one of {"turn": N}, {"client": FRAME}, {"server": FRAME}')
+            if "turn" in entry:
+                ref = self.field(entry, "turn", int, at)
+                if not 0 <= ref < turns:
+                    raise self.fail(at, f"names turn {ref}, but the cassette has {turns} turns")
+                entries.append(TurnRef(ref))
+            elif "client" in entry or "server" in entry:
+                side = "client" if "client" in entry else "server"
+                entries.append(LooseFrame(side == "client", self.frame(entry[side], at)))
+            else:
+                raise self.fail(at, 'should be one of {"turn": N}, {"client": FRAME}, {"server": FRAME}')
+        closed_by = obj.get("closed_by")
+        if closed_by not in (None, "client", "server"):
+            raise self.fail(where, f"field 'closed_by' should be client or server, not {closed_by!r}")
+        close_code = obj.get("close_code")
+        if close_code is not None and (not isinstance(close_code, int) or isinstance(close_code, bool)):
+            raise self.fail(where, f"field 'close_code' should be an integer, not {_json_type(close_code)}")
+        return RecordedConnection(
+            index=self.field(obj, "index", int, where),
+            provider=self.field(obj, "provider", str, where),
+            url=self.field(obj, "url", str, where),
+            headers=self.headers(obj, where),
+            transcript=tuple(entries),
+            closed_by=closed_by,
+            close_code=close_code,
         )
 
     def cassette(self, doc: Any) -> Cassette:
@@ -366,12 +504,16 @@ class _Reader:
             sessions = tuple(session_from_json(s, i) for i, s in enumerate(stdio))
         except ValueError as e:
             raise CassetteError(self.path, str(e), "re-record the flow") from None
+        connections = doc.get("connections", [])
+        if not isinstance(connections, list):
+            raise self.fail("top level", f"`connections` should be an array, not {_json_type(connections)}")
         return Cassette(
             turns=tuple(self.turn(t, i) for i, t in enumerate(turns)),
             route=Route(route),
             format=fmt,
             mcp=exchanges,
             mcp_stdio=sessions,
+            connections=tuple(self.connection(c, i, len(turns)) for i, c in enumerate(connections)),
         )
 
 
@@ -561,6 +703,8 @@ def _response_view(codec: Codec, resp: RecordedResponse | None) -> ResponseView 
         )
     elif resp.events is not None:
         response = codec.parse_events(resp.events)
+    elif resp.frames is not None:
+        response = codec.parse_events(frames_as_events(resp.frames))
     else:
         response = codec.parse_response(resp.content())
     return response

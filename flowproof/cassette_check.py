@@ -23,6 +23,7 @@ from typing import Any
 from flowproof.cassette import Cassette, RecordedTurn, turn_views
 from flowproof.errors import CassetteError, FlowproofError
 from flowproof.mcp.refused import exchange_outcomes, refused_servers, session_outcomes
+from flowproof.wire.frames import frame_codec_by_name
 
 __all__ = ["check_cassette", "error_turns"]
 
@@ -63,6 +64,9 @@ def _turn_strings(turn: RecordedTurn, where: str) -> Iterator[tuple[str, str]]:
             yield f"{where} response event {i} raw", event.raw
     if response.text is not None:
         yield f"{where} response text", response.text
+    for i, frame in enumerate(response.frames or ()):
+        if frame.text is not None:
+            yield f"{where} response frame {i}", frame.text
     yield from _strings(response.body, f"{where} response body")
 
 
@@ -94,11 +98,19 @@ def check_cassette(cassette: Cassette, path: Path | str) -> None:
 
 
 def error_turns(cassette: Cassette) -> tuple[str, ...]:
-    """One line per turn that recorded an HTTP error status from the upstream, and one per MCP
-    server that refused every request of the recording (a 401 pinned in a cassette is no test)."""
-    turns = tuple(
-        f"turn {turn.index} recorded an HTTP {turn.response.status} from the upstream"
-        for turn in cassette.turns
-        if turn.response is not None and turn.response.status >= 400
-    )
-    return turns + refused_servers([*exchange_outcomes(cassette.mcp), *session_outcomes(cassette.mcp_stdio)])
+    """One line per turn that recorded an HTTP error status from the upstream (over a
+    WebSocket: an error frame standing for one), and one per MCP server that refused every
+    request of the recording (a 401 pinned in a cassette is no test)."""
+    lines = []
+    for turn in cassette.turns:
+        response = turn.response
+        if response is None:
+            continue
+        if response.frames:
+            frames = frame_codec_by_name(turn.provider)
+            status = frames.error_status(response.frames[-1]) if frames is not None else None
+            if status is not None:
+                lines.append(f"turn {turn.index} recorded an error event with status {status} from the upstream")
+        elif response.status >= 400:
+            lines.append(f"turn {turn.index} recorded an HTTP {response.status} from the upstream")
+    return tuple(lines) + refused_servers([*exchange_outcomes(cassette.mcp), *session_outcomes(cassette.mcp_stdio)])

@@ -162,7 +162,7 @@ def facts_from_events(events: Iterable[Event]) -> tuple[dict[int, CallFacts], tu
         elif isinstance(event, TurnEvent):
             url = urlsplit(event.turn.request.url)
             try:
-                port = url.port or (443 if url.scheme == "https" else 80)
+                port = url.port or (443 if url.scheme in ("https", "wss") else 80)
             except ValueError:
                 port = None
             status = event.turn.response.status if event.turn.response is not None else None

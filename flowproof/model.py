@@ -91,6 +91,8 @@ class RequestView:
     characters of request text (system, messages, tool schemas): the reply rule's
     tie-break. ``prompt`` is the text of the newest user message (not tool
     results), its text parts joined by newlines; "" when there is none.
+    ``previous_response_id`` names the response a request continues (the Responses API:
+    the request then carries only the new input), None when it starts from its own input.
     """
 
     provider: str
@@ -102,6 +104,7 @@ class RequestView:
     stream: bool
     text_size: int
     prompt: str = ""
+    previous_response_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +129,9 @@ class Usage:
 class ResponseView:
     """What the model answered, provider-neutral, from a JSON body or a complete SSE stream.
 
-    ``usage`` is None when the response reported none (a stream without its usage chunk)."""
+    ``usage`` is None when the response reported none (a stream without its usage chunk).
+    ``response_id`` is the id a later request may continue from (``previous_response_id``),
+    where the API has one."""
 
     text: str
     tool_calls: tuple[ToolCall, ...]
@@ -134,6 +139,7 @@ class ResponseView:
     raw_finish_reason: str | None = None
     model: str | None = None
     usage: Usage | None = field(default=None, compare=False)
+    response_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ __all__ = [
     "Option",
     "ProxyOptions",
     "Route",
+    "Transport",
     "Upstream",
     "base_url_ports",
     "choose",
@@ -86,6 +87,15 @@ class Route(StrEnum):
 
     PROXY = "proxy"
     BASE_URL = "base_url"
+
+
+class Transport(StrEnum):
+    """What the proxy lets the agent speak to a model API: ``auto`` records what it speaks (a
+    WebSocket included); ``http`` answers a WebSocket upgrade with 426, so the agent falls back
+    to HTTP (docs/design.md#websocket-upgrades)."""
+
+    AUTO = "auto"
+    HTTP = "http"
 
 
 E = TypeVar("E", bound=StrEnum)
@@ -230,6 +240,7 @@ class ProxyOptions:
     #: The event log the runner reads (docs/internals.md, "The event log").
     report: Path | None = None
     compare_handler: str = ""
+    transport: Transport = Transport.AUTO
     cwd: str | None = None
     home: str | None = None
     mcp: tuple[McpRoute, ...] = ()
@@ -252,6 +263,11 @@ class ProxyOptions:
         """Replay must never dial the real host, and a mapped host may not even resolve: the
         upstream is connected only when a request needs it (mitmproxy's ``connection_strategy``)."""
         return self.mode is Mode.REPLAY or bool(self.upstream)
+
+    @property
+    def refuses_websocket(self) -> bool:
+        """True when a WebSocket upgrade to a model API is answered 426 (``transport: http``)."""
+        return self.transport is Transport.HTTP
 
     @property
     def model_hosts(self) -> tuple[str, ...]:
@@ -284,7 +300,8 @@ def spec_secrets(spec: FlowSpec) -> tuple[Secret, ...]:
 
 def with_spec(options: ProxyOptions, spec: FlowSpec, *, cwd: str, home: str | None) -> ProxyOptions:
     """``options`` with a resolved spec's data: tool results, volatile rules (presets
-    expanded), MCP answers and stdio servers, its ``on_compare`` unless a handler is set, and for portable
+    expanded), MCP answers and stdio servers, its ``on_compare`` unless a handler is set, its
+    ``transport`` unless one is set, and for portable
     paths unless they are set the agent's working directory (``agent.cwd``, else ``cwd``:
     where the agent is started) and ``home``. The runner and the addon (given
     ``flowproof_spec`` by hand) both resolve a spec here."""
@@ -300,6 +317,9 @@ def with_spec(options: ProxyOptions, spec: FlowSpec, *, cwd: str, home: str | No
         secrets=spec_secrets(spec),
         mcp_stdio=tuple(server.name for server in spec.mcp if server.command is not None),
         compare_handler=options.compare_handler or spec.on_compare or "",
+        # ``--transport http`` (or the option) wins; else the spec's ``transport:``.
+        transport=options.transport if options.transport is not Transport.AUTO else
+        choose(Transport, spec.transport or Transport.AUTO.value, "transport"),
         cwd=options.cwd or agent_cwd,
         home=options.home or home,
     )
@@ -394,6 +414,10 @@ def _load_route(value: object) -> Route:
     return choose(Route, value or Route.PROXY.value, "route")
 
 
+def _load_transport(value: object) -> Transport:
+    return choose(Transport, value or Transport.AUTO.value, "transport")
+
+
 def _dump_upstream(value: Mapping[str, Upstream]) -> list[str]:
     return [f"{host}={target.url}" for host, target in value.items()]
 
@@ -456,6 +480,12 @@ OPTIONS: tuple[Option, ...] = (
         "A module:function that receives each compare result and decides instead of drift "
         "failing the run (default: the spec's on_compare).",
         dump=_text, load=_text,
+    ),
+    Option(
+        "flowproof_transport", str, Transport.AUTO.value,
+        "What the agent may speak to a model API: auto records what it speaks, a WebSocket "
+        "included; http answers a WebSocket upgrade with 426 (default: the spec's transport).",
+        choices=tuple(t.value for t in Transport), dump=str, load=_load_transport,
     ),
     Option(
         "flowproof_cwd", str, "",

@@ -9,6 +9,11 @@ byte. Compare therefore pairs by place, never by bytes (docs/compare.md):
   (a title call) pairs within its own thread whatever the arrival order;
 - the depth: how many messages/items the request carries.
 
+A request that continues a response by id (``previous_response_id``) carries only
+its new input: it is placed in the thread of the turn whose response it names, at
+that turn's depth plus its own (`flowproof.trajectory.Chains`), on the recorded
+side by the recorded ids and on the live side by the live ones.
+
 Tie rule: when several unpaired recorded turns share a live call's thread and
 depth (concurrent calls of one conversation), the one sent to the same API wins,
 then the one whose newest user text equals the live call's, then the earliest
@@ -41,7 +46,7 @@ from flowproof.divergence import diff_fields, envelope_changes
 from flowproof.errors import FlowproofError
 from flowproof.model import FinishReason, RequestView, ResponseView, Turn
 from flowproof.normalize import looks_like_per_run_id
-from flowproof.trajectory import build_trajectory, thread_key
+from flowproof.trajectory import Chains, build_trajectory
 
 __all__ = ["Call", "Pairer", "UnreadableTurnError", "depth_of"]
 
@@ -97,11 +102,15 @@ class Pairer:
         #: (thread, depth) -> recorded turn indexes not yet paired, in recorded order.
         self._open: dict[tuple[int, int], list[int]] = {}
         self._place: dict[int, tuple[int, int]] = {}
+        chains = Chains()
+        depths = {t.index: chains.add(t).depth for t in sorted(trajectory.turns, key=lambda t: t.index)}
         for n, th in enumerate(trajectory.threads):
             for t in th.turns:
-                key = (n, depth_of(t.request))
+                key = (n, depths[t.index])
                 self._open.setdefault(key, []).append(t.index)
                 self._place[t.index] = key
+        #: The live calls' continuations, resolved by the live response ids.
+        self._live = Chains()
         #: thread keys no recorded thread has, numbered after the recorded threads.
         self._new_threads: dict[str, int] = {}
         #: threads that have had their first live call (the request-side context is about it).
@@ -112,10 +121,10 @@ class Pairer:
         """Judge one completed live call against the recorded turn at its place."""
         request = live.turn.request
         response = live.turn.response or _NO_RESPONSE
-        depth = depth_of(request)
         index = live.turn.index
         with self._lock:
-            key = thread_key(request)
+            place = self._live.add(live.turn)
+            key, depth = place.key, place.depth
             thread = self._threads.get(key)
             if thread is None:
                 number = self._new_threads.setdefault(

@@ -26,16 +26,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flowproof.cassette import RecordedRequest, RecordedResponse, RecordedTurn
+from flowproof.cassette import WEBSOCKET_METHOD, RecordedRequest, RecordedResponse, RecordedTurn
 from flowproof.normalize import Normalizer
 from flowproof.redact import filter_headers, redact_url
 from flowproof.request_key import PreparedRequest, parse_body
 from flowproof.wire import parse_sse
-from flowproof.wire.base import Codec
+from flowproof.wire.base import Codec, Frame, FrameCodec
 from flowproof.wire.sse import SSEDecoder, SSEEvent, encode_events
 
 __all__ = [
     "PendingCall",
+    "PendingFrames",
     "StreamTap",
     "is_event_stream",
     "response_from_body",
@@ -106,7 +107,7 @@ class PendingCall:
     ) -> PendingCall:
         """The call for a request; ``url`` and ``headers`` are redacted here, before anything is kept."""
         request = RecordedRequest(
-            method, redact_url(url), filter_headers(headers), prepared.sha256, prepared.body
+            method, redact_url(url), filter_headers(headers, request=True), prepared.sha256, prepared.body
         )
         return cls(codec, request)
 
@@ -146,6 +147,56 @@ class PendingCall:
         return RecordedTurn(
             index=index, provider=self.codec.name, request=self.request, response=response, abandoned=True
         )
+
+
+@dataclass(slots=True)
+class PendingFrames:
+    """A turn spoken over a WebSocket: its request frame, then the server frames as they pass.
+
+    Complete once a frame was the API's terminal frame (`FrameCodec.is_terminal`); a client
+    that closes the connection before that abandoned the turn, as for an HTTP stream.
+    """
+
+    codec: Codec
+    frames_codec: FrameCodec
+    request: RecordedRequest
+    connection: int
+    frames: list[Frame] = field(default_factory=list)
+    complete: bool = False
+
+    @classmethod
+    def start(
+        cls, frames_codec: FrameCodec, codec: Codec, url: str, headers: Headers, prepared: PreparedRequest,
+        connection: int,
+    ) -> PendingFrames:
+        """The turn of a request frame; ``url`` (the upgrade's) and ``headers`` are redacted here."""
+        request = RecordedRequest(
+            WEBSOCKET_METHOD, redact_url(url), filter_headers(headers, request=True), prepared.sha256, prepared.body
+        )
+        return cls(codec, frames_codec, request, connection)
+
+    def add(self, frame: Frame) -> bool:
+        """A server frame of this turn passed to the client; True once the turn is complete."""
+        self.frames.append(frame)
+        if self.frames_codec.is_terminal(frame):
+            self.complete = True
+        return self.complete
+
+    def turn(self, index: int, normalizer: Normalizer) -> RecordedTurn:
+        """Turn ``index``: complete, or abandoned with the frames that reached the client
+        (no response at all when none did). Paths in the frames are made portable."""
+        frames = tuple(_portable_frame(f, normalizer) for f in self.frames)
+        response = RecordedResponse(101, {}, frames=frames) if frames or self.complete else None
+        return RecordedTurn(
+            index=index, provider=self.codec.name, request=self.request, response=response,
+            abandoned=not self.complete, connection=self.connection,
+        )
+
+
+def _portable_frame(frame: Frame, normalizer: Normalizer) -> Frame:
+    if frame.text is None or normalizer.is_identity:
+        return frame
+    return Frame(text=normalizer.portable(frame.content).decode("utf-8", "surrogateescape"))
 
 
 def response_from_stream(

@@ -26,6 +26,7 @@ from flowproof.wire.providers import allowed_headers
 __all__ = [
     "ALLOWED_HEADERS",
     "REDACTED",
+    "REQUEST_HEADERS",
     "filter_headers",
     "is_secret_name",
     "masked_url",
@@ -40,6 +41,10 @@ REDACTED = "[redacted]"
 
 #: Header names (lowercase) a cassette may keep, from the provider table in `flowproof.wire`.
 ALLOWED_HEADERS: frozenset[str] = allowed_headers()
+
+#: Kept on requests only: how the agent sent the body (the cassette holds it decoded). A
+#: response is stored decoded and replayed as stored, so its encoding must not travel with it.
+REQUEST_HEADERS: frozenset[str] = frozenset({"content-encoding"})
 
 # Query parameter names that carry credentials (Gemini's ``?key=``, signed URLs, OAuth).
 _SECRET_PARAMS: frozenset[str] = frozenset(
@@ -63,11 +68,14 @@ _SECRET_PARAMS: frozenset[str] = frozenset(
 _SECRET_PARAM_SUFFIXES: tuple[str, ...] = ("-key", "_key", "-token", "_token", "_secret", "-secret")
 
 
-def filter_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, str]:
+def filter_headers(
+    headers: Mapping[str, str] | Iterable[tuple[str, str]], *, request: bool = False
+) -> dict[str, str]:
     """Keep only allow-listed headers, with lowercased names and sorted for stable diffs.
 
     Repeated headers are joined with ``", "`` as HTTP allows. Everything not in
-    `ALLOWED_HEADERS` is dropped, credentials and cookies included.
+    `ALLOWED_HEADERS` (with ``request``: or in `REQUEST_HEADERS`) is dropped,
+    credentials and cookies included.
 
     >>> filter_headers({"Content-Type": "application/json", "Authorization": "Bearer sk-x"})
     {'content-type': 'application/json'}
@@ -80,7 +88,7 @@ def filter_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> di
     kept: dict[str, str] = {}
     for name, value in pairs:
         lower = str(name).lower()
-        if lower not in ALLOWED_HEADERS:
+        if lower not in ALLOWED_HEADERS and not (request and lower in REQUEST_HEADERS):
             continue
         kept[lower] = f"{kept[lower]}, {value}" if lower in kept else str(value)
     return dict(sorted(kept.items()))

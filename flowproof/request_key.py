@@ -102,13 +102,16 @@ def prepare_request(
     tool_results: Mapping[str, Any],
     normalizer: Normalizer,
     path: str = "",
+    call_names: Mapping[str, str] | None = None,
 ) -> PreparedRequest:
-    """Run ``raw`` (the body the agent sent to ``path``) through the hash path for ``codec``'s API."""
+    """Run ``raw`` (the body the agent sent to ``path``) through the hash path for ``codec``'s API.
+
+    ``call_names`` names tool calls of earlier responses by id (`Codec.rewrite_tool_results`)."""
     forwarded = raw
     rewrite_error: str | None = None
     if tool_results:
         try:
-            forwarded = codec.rewrite_tool_results(raw, tool_results)
+            forwarded = codec.rewrite_tool_results(raw, tool_results, call_names)
         except FlowproofError as e:
             rewrite_error = str(e)
     normalized = normalizer.apply(forwarded)

@@ -2,7 +2,11 @@
 
 The reply rule (docs/design.md#reply): turns are grouped into
 threads by system prompt, the thread with the most turns is the conversation the
-flow is about, a tie goes to the thread carrying the most request text. A side
+flow is about, a tie goes to the thread carrying the most request text. A request
+that continues a conversation by id (the Responses API's ``previous_response_id``,
+which then carries only the new input, as codex sends it) belongs to the thread of
+the turn whose response it names (`Chains`); when that turn had no system prompt (a
+warm-up), the continuation's own system prompt names the thread. A side
 conversation (a concurrent title-generation call with its own system prompt)
 can therefore land before or after the main turns without changing the reply.
 
@@ -44,6 +48,8 @@ __all__ = [
     "BoundaryCall",
     "Thread",
     "Trajectory",
+    "Chains",
+    "Place",
     "boundary_of",
     "build_trajectory",
     "narrow",
@@ -247,14 +253,53 @@ def _boundary_call(call: McpCall) -> BoundaryCall:
 
 
 def thread_key(request: RequestView) -> str:
-    """The key that puts a request in its thread: its system prompt (compare pairs by it too)."""
+    """The key that puts a request in its thread: its system prompt (compare pairs by it too).
+    A request continuing an earlier response belongs to that response's thread instead (`Chains`)."""
     return request.system
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a request sits: its thread's key, and its depth in the conversation (the messages or
+    input items it carries, plus, for a continuation, everything before it in the chain)."""
+
+    key: str
+    depth: int
+
+
+class Chains:
+    """Resolves continuations by id: feed the turns in completion order (`add`), and `place`
+    says where a request sits. A parent completes before a request can name its response, so
+    it is always known by then; a request naming a response nobody saw keeps its own place."""
+
+    def __init__(self) -> None:
+        self._by_response: dict[str, Place] = {}
+
+    def place(self, request: RequestView) -> Place:
+        parent = self._by_response.get(request.previous_response_id or "")
+        if parent is None:
+            return Place(thread_key(request), len(request.roles))
+        # A parent without a system prompt (codex's warm-up: no input at all) lends none: the
+        # first continuation that brings one starts that prompt's thread, on both sides of a
+        # compare alike, since a live call is placed before its chain has gone further.
+        key = parent.key or thread_key(request)
+        # +1 for the parent's answer, which the continuation no longer carries.
+        return Place(key, parent.depth + 1 + len(request.roles))
+
+    def add(self, turn: Turn) -> Place:
+        """The turn's place; its response id now names that place for later continuations."""
+        place = self.place(turn.request)
+        response_id = turn.response.response_id if turn.response is not None else None
+        if response_id:
+            self._by_response[response_id] = place
+        return place
 
 
 def _group_threads(ordered: tuple[Turn, ...]) -> tuple[Thread, ...]:
     groups: dict[str, list[Turn]] = {}
+    chains = Chains()
     for turn in ordered:
-        groups.setdefault(thread_key(turn.request), []).append(turn)
+        groups.setdefault(chains.add(turn).key, []).append(turn)
     # dicts keep insertion order and `ordered` is sorted, so threads come out by first turn index.
     return tuple(
         Thread(system=system, turns=tuple(ts), text_size=sum(t.request.text_size for t in ts))

@@ -124,7 +124,8 @@ class TestSerialization:
         assert text.endswith("}\n")
         doc = json.loads(text)
         assert list(doc) == ["format", "generator", "route", "turns"]
-        assert doc["format"] == CASSETTE_FORMAT == 1
+        # Format 1 while nothing needs more, so an older flowproof still reads it.
+        assert doc["format"] == 1 and CASSETTE_FORMAT == 2
         assert doc["generator"].startswith("flowproof")
         turn = doc["turns"][0]
         assert list(turn) == ["index", "provider", "request", "response"]
@@ -192,9 +193,9 @@ class TestLoadErrors:
     def test_newer_format_says_to_upgrade(self):
         """A cassette from a newer format asks the user to upgrade flowproof."""
         with pytest.raises(CassetteError) as info:
-            loads_cassette('{"format": 2, "route": "proxy", "turns": []}', "c.json")
+            loads_cassette('{"format": 3, "route": "proxy", "turns": []}', "c.json")
         assert str(info.value) == (
-            "c.json: cassette format 2 is newer than this flowproof reads (format 1) — "
+            "c.json: cassette format 3 is newer than this flowproof reads (format 2) — "
             "upgrade flowproof to replay it"
         )
 
@@ -437,3 +438,79 @@ class TestPathFields:
         assert turn_path_fields(turn) == {"model": "gemini-2.5-flash"}
         assert turn_views(turn).request.model == "gemini-2.5-flash"
         assert turn_path_fields(make_turn()) == {}
+
+
+# --------------------------------------------------------------------------- WebSocket connections
+
+from flowproof.cassette import (  # noqa: E402 — the WebSocket half of this file
+    WEBSOCKET_METHOD,
+    LooseFrame,
+    RecordedConnection,
+    TurnRef,
+)
+from flowproof.wire.base import Frame  # noqa: E402
+
+WS_URL = "wss://api.openai.com/v1/responses"
+
+
+def ws_turn(index: int, text: str = "Sunny.", *, connection: int = 0) -> RecordedTurn:
+    body = {"type": "response.create", "model": "gpt-x", "input": "weather?"}
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    done = {"type": "response.completed", "response": {
+        "id": f"resp_{index}", "model": "gpt-x", "status": "completed",
+        "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]}}
+    frames = (Frame(text='{"type":"response.created"}'), Frame(text=json.dumps(done)))
+    return RecordedTurn(
+        index=index, provider="openai-responses", connection=connection,
+        request=RecordedRequest(WEBSOCKET_METHOD, WS_URL, {"openai-beta": "responses_websockets=2026-02-06"},
+                                body_sha256(raw), body),
+        response=RecordedResponse(101, {}, frames=frames),
+    )
+
+
+def ws_cassette() -> Cassette:
+    connection = RecordedConnection(
+        0, "openai-responses", WS_URL, {"openai-beta": "responses_websockets=2026-02-06"},
+        (TurnRef(1), LooseFrame(False, Frame(text='{"type":"codex.rate_limits"}')), TurnRef(2),
+         LooseFrame(True, Frame(data=b"\x01"))),
+        closed_by="client", close_code=1000,
+    )
+    return Cassette((make_turn(0), ws_turn(1), ws_turn(2, "Rainy.")), connections=(connection,))
+
+
+class TestWebSocketConnections:
+    def test_a_websocket_cassette_round_trips_as_format_2(self):
+        c = ws_cassette()
+        text = dumps_cassette(c)
+        doc = json.loads(text)
+        assert doc["format"] == 2 and list(doc) == ["format", "generator", "route", "turns", "connections"]
+        assert list(doc["turns"][1]) == ["index", "provider", "connection", "request", "response"]
+        assert doc["turns"][1]["response"]["frames"][0] == {"text": '{"type":"response.created"}'}
+        assert doc["connections"][0]["transcript"] == [
+            {"turn": 1}, {"server": {"text": '{"type":"codex.rate_limits"}'}}, {"turn": 2},
+            {"client": {"binary": "AQ=="}}]
+        loaded = loads_cassette(text, "c.json")
+        assert loaded == c and loaded.format == 2 and loaded.speaks_websocket
+        # An HTTP-only cassette is still written as format 1.
+        assert json.loads(dumps_cassette(Cassette((make_turn(0),))))["format"] == 1
+
+    def test_a_websocket_turn_reads_like_an_http_one(self):
+        view = turn_views(ws_turn(3, "Sunny."))
+        assert view.response is not None and view.response.text == "Sunny."
+        assert view.response.finish_reason is FinishReason.STOP
+        frames = ws_turn(3).response.frames  # type: ignore[union-attr]
+        assert frames is not None and ws_turn(3).response.content() == b"".join(f.content for f in frames)
+
+    @pytest.mark.parametrize(("edit", "message"), [
+        (lambda d: d["turns"][1].__setitem__("connection", "0"), "turn 1: field 'connection' should be an integer"),
+        (lambda d: d["turns"][1]["response"]["frames"].append({"txt": "x"}), "turn 1 response frame 2: a frame is"),
+        (lambda d: d["connections"][0]["transcript"].append({"turn": 9}), "names turn 9, but the cassette has 3"),
+        (lambda d: d["connections"][0]["transcript"].append({"elsewhere": 1}), "transcript entry 4: should be one of"),
+        (lambda d: d["connections"][0].__setitem__("closed_by", "nobody"), "'closed_by' should be client or server"),
+        (lambda d: d.__setitem__("connections", {}), "`connections` should be an array"),
+    ])
+    def test_a_damaged_connection_names_the_field(self, edit, message):
+        doc = json.loads(dumps_cassette(ws_cassette()))
+        edit(doc)
+        with pytest.raises(CassetteError, match=message.replace("(", r"\(")):
+            loads_cassette(json.dumps(doc), "c.json")

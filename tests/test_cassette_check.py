@@ -90,3 +90,20 @@ class TestErrorTurns:
         [line] = error_turns(loads_cassette(json.dumps(d), "c.json"))
         assert line.startswith("mcp server `notes` refused every tools/call of the recording "
                                "(1 of 1: JSON-RPC error -32001: not authorised)")
+
+
+def test_a_websocket_turn_ending_in_an_error_event_is_an_error_turn():
+    """Over a WebSocket the status travels in the error frame: the record gate sees it too."""
+    from flowproof.cassette import Cassette, RecordedRequest, RecordedResponse, RecordedTurn
+    from flowproof.cassette_check import error_turns
+    from flowproof.wire.base import Frame
+    from flowproof.wire.openai_responses import FRAMES
+
+    def turn(index: int, last: Frame) -> RecordedTurn:
+        return RecordedTurn(index, "openai-responses",
+                            RecordedRequest("WEBSOCKET", "wss://api.openai.com/v1/responses", {}, "00", {}),
+                            RecordedResponse(101, {}, frames=(Frame(text='{"type":"response.created"}'), last)),
+                            connection=0)
+    cassette = Cassette((turn(0, Frame(text='{"type":"response.completed","response":{}}')),
+                         turn(1, FRAMES.error_frame(429, "slow down"))))
+    assert error_turns(cassette) == ("turn 1 recorded an error event with status 429 from the upstream",)

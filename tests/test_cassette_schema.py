@@ -14,9 +14,12 @@ from hypothesis import strategies as st
 
 from flowproof.cassette import (
     Cassette,
+    LooseFrame,
+    RecordedConnection,
     RecordedRequest,
     RecordedResponse,
     RecordedTurn,
+    TurnRef,
     dumps_cassette,
     load_cassette,
     loads_cassette,
@@ -25,6 +28,7 @@ from flowproof.errors import CassetteError
 from flowproof.mcp import McpExchange
 from flowproof.mcp.stdio import StdioMessage, StdioSession
 from flowproof.wire import CODEC_NAMES
+from flowproof.wire.base import Frame
 from flowproof.wire.sse import SSEEvent, canonical_raw
 
 from .cassette_schema import accepted_by_flowproof, cassette_problems, cassette_validator, schema_errors
@@ -39,7 +43,7 @@ def booking() -> dict[str, Any]:
 
 
 def test_the_schema_is_valid_draft_2020_12() -> None:
-    assert cassette_validator().schema["title"] == "flowproof cassette (format 1)"
+    assert cassette_validator().schema["title"] == "flowproof cassette (formats 1 and 2)"
 
 
 @pytest.mark.parametrize("path", EXAMPLE_CASSETTES, ids=[p.name for p in EXAMPLE_CASSETTES])
@@ -95,6 +99,26 @@ def test_what_the_writer_writes_matches(tmp_path: Path) -> None:
     assert {"abandoned", "mcp", "mcp_stdio"} <= set(json.dumps(doc).replace('"', " ").split())
 
 
+def test_a_websocket_cassette_the_writer_writes_matches() -> None:
+    """Format 2: turns spoken on a connection, their server frames, and the connection's transcript."""
+    url = "wss://api.openai.com/v1/responses"
+    turns = tuple(
+        RecordedTurn(i, "openai-responses",
+                     RecordedRequest("WEBSOCKET", url, {}, "f" * 64, {"type": "response.create", "input": []}),
+                     RecordedResponse(101, {}, frames=(Frame(text='{"type":"response.completed"}'),
+                                                       Frame(data=b"\x00\x01"))),
+                     connection=0)
+        for i in range(2))
+    connection = RecordedConnection(0, "openai-responses", url, {"openai-beta": "responses_websockets=2026-02-06"},
+                                    (TurnRef(0), LooseFrame(False, Frame(text="{}")), TurnRef(1)), "client", 1000)
+    doc = json.loads(dumps_cassette(Cassette(turns, connections=(connection,))))
+    assert doc["format"] == 2 and schema_errors(doc) == []
+    loads_cassette(json.dumps(doc), Path("ws.cassette.json"))  # and flowproof reads it back
+    broken = copy.deepcopy(doc)
+    broken["connections"][0]["transcript"].append({"turn": 0, "server": {"text": "x"}})
+    assert schema_errors(broken)
+
+
 _text = st.text(max_size=12)
 _json = st.recursive(st.none() | st.booleans() | st.integers() | _text,
                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
@@ -143,7 +167,7 @@ _DELETE = object()
 #: Broken cassettes flowproof refuses: the schema refuses each too.
 REFUSED = {
     "no turns": _set("turns", _DELETE),
-    "newer format": _set("format", 2),
+    "newer format": _set("format", 3),
     "unknown route": _set("route", "sideways"),
     "turns not a list": _set("turns", {}),
     "turn without request": _set("turns.0.request", _DELETE),

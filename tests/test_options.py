@@ -19,6 +19,7 @@ from flowproof.options import (
     Mode,
     ProxyOptions,
     Route,
+    Transport,
     Upstream,
     base_url_ports,
     choose,
@@ -179,7 +180,8 @@ class TestOptionTable:
         flow_options = {o.key for o in OPTIONS if o.dump is not None}
         assert flow_options <= field_names
         assert {o.name for o in OPTIONS if o.dump is None} == {"flowproof_control"}
-        assert [o.choices for o in OPTIONS if o.choices] == [("replay", "record", "compare"), ("proxy", "base_url")]
+        assert [o.choices for o in OPTIONS if o.choices] == [
+            ("replay", "record", "compare"), ("proxy", "base_url"), ("auto", "http")]
 
     def test_the_docs_table_is_the_code_table(self) -> None:
         """docs/internals.md's option table lists the code's options, in order, with their type,
@@ -239,6 +241,20 @@ class TestRoundTrip:
             "--set", "flowproof_mode=compare",
             "--set", "flowproof_extra_hosts=a", "--set", "flowproof_extra_hosts=b",
         ]
+
+    def test_transport_comes_from_the_flag_else_the_spec_and_travels_in_both_forms(self, tmp_path: Path) -> None:
+        """``--transport http`` wins; else the spec's ``transport:``; the addon gets it either way."""
+        spec_path = tmp_path / "t.flow.yaml"
+        spec_path.write_text("name: t\nagent:\n  command: a\ntransport: http\nsteps:\n  - prompt: hi\n")
+        spec = resolve_variables(load_spec(spec_path), {})
+        from_spec = with_spec(ProxyOptions(), spec, cwd="/w", home=None)
+        assert from_spec.transport is Transport.HTTP and from_spec.refuses_websocket
+        assert with_spec(ProxyOptions(transport=Transport.HTTP), spec, cwd="/w", home=None).refuses_websocket
+        assert not ProxyOptions().refuses_websocket
+        assert from_json(json.loads(json.dumps(to_json(from_spec)))).transport is Transport.HTTP
+        assert set_args(ProxyOptions(transport=Transport.HTTP)) == ["--set", "flowproof_transport=http"]
+        with pytest.raises(ValueError, match="flowproof_transport: unknown transport `ws`"):
+            from_values({"flowproof_transport": "ws"})
 
     def test_a_malformed_request_is_a_value_error(self) -> None:
         with pytest.raises(ValueError, match="object"):

@@ -362,3 +362,35 @@ class TestDepthAndThreads:
         assert sorted(r.turn for r in results) == list(range(40))
         assert all(r.equal for r in results)
         assert pairer.finish() == ()
+
+
+class TestContinuationsById:
+    """Live continuations name live response ids (fresh every run): they pair by the chain."""
+
+    @staticmethod
+    def turn(index: int, system: str, rid: str, previous: str | None = None, output: str = "") -> Turn:
+        roles = ("developer", "user") if previous is None else ("tool",)
+        req = RequestView("openai-responses", "m", system, (), roles, (), True, 10,
+                          previous_response_id=previous)
+        return Turn(index, req, ResponseView(f"done {output}", (), FinishReason.STOP, response_id=rid))
+
+    def test_two_chains_pair_within_their_own_roots_whatever_the_order(self) -> None:
+        """A main agent and a helper each continue by id with only a tool output (no system
+        prompt, no user text): without the chain their continuations would look alike."""
+        recorded = [Call(t) for t in (
+            self.turn(0, "main agent", "rA"), self.turn(1, "helper agent", "rB"),
+            self.turn(2, "", "rA2", previous="rA", output="main"), self.turn(3, "", "rB2", previous="rB",
+                                                                          output="helper"),
+        )]
+        pairer = Pairer(recorded)
+        live = [
+            self.turn(0, "helper agent", "xB"), self.turn(1, "main agent", "xA"),
+            # The helper's continuation completes first this time.
+            self.turn(2, "", "xB2", previous="xB", output="helper"), self.turn(3, "", "xA2", previous="xA",
+                                                                           output="main"),
+        ]
+        results = [pairer.pair(Call(t)) for t in live]
+        assert [(r.kind, r.turn, r.equal) for r in results] == [
+            ("paired", 1, True), ("paired", 0, True), ("paired", 3, True), ("paired", 2, True)]
+        assert [r.depth for r in results[2:]] == [4, 4]  # 2 items, the answer, 1 new item
+        assert pairer.finish() == ()

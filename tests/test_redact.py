@@ -67,6 +67,13 @@ class TestRedaction:
             "openai-beta": "assistants=v2"
         }
 
+    def test_content_encoding_is_kept_on_requests_only(self):
+        """A request's content-encoding says how its (decoded, stored) body travelled; a stored
+        response is decoded, so its encoding must not be replayed with it."""
+        headers = {"Content-Encoding": "zstd", "content-type": "application/json"}
+        assert filter_headers(headers, request=True) == {"content-encoding": "zstd", "content-type": "application/json"}
+        assert filter_headers(headers) == {"content-type": "application/json"}
+
     def test_allow_list_holds_no_secret_header(self):
         """No header name that carries a secret is on the allow-list."""
         assert not ALLOWED_HEADERS & set(SECRETS)

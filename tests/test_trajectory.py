@@ -300,3 +300,48 @@ class TestThreadsAreAgents:
         )
         assert [c.name for c in traj.tool_calls] == ["search", "export"]
         assert traj.call_turns == (0, 0)
+
+
+class TestContinuationsById:
+    """A Responses request continuing by ``previous_response_id`` carries only its new input
+    (no instructions): it belongs to the thread of the turn whose response it names."""
+
+    @staticmethod
+    def turn(index: int, system: str, text: str, *, rid: str, previous: str | None = None,
+             size: int = 100) -> Turn:
+        req = RequestView("openai-responses", "m", system, (), ("user",), (), True, size,
+                          previous_response_id=previous)
+        return Turn(index, req, ResponseView(text, (), FinishReason.STOP, response_id=rid))
+
+    def test_a_chain_is_one_thread_whatever_its_requests_carry(self) -> None:
+        chain = [
+            self.turn(0, MAIN_SYSTEM, "", rid="warm"),  # codex's generate:false warm-up
+            self.turn(2, "", "Searching.", rid="r1", previous="warm"),
+            self.turn(4, "", "Booked KQ311.", rid="r2", previous="r1"),
+        ]
+        # A side conversation with more text than any single continuation, two turns long.
+        side = [self.turn(1, TITLE_SYSTEM, "Title", rid="t1", size=5000),
+                self.turn(3, TITLE_SYSTEM, "Title again", rid="t2", size=5000)]
+        trajectory = build_trajectory([*side, *chain])
+        assert trajectory.main is not None
+        assert [t.index for t in trajectory.main.turns] == [0, 2, 4]
+        assert trajectory.main.system == MAIN_SYSTEM
+        assert trajectory.reply == "Booked KQ311."
+        assert len(trajectory.threads) == 2
+
+    def test_a_warm_up_without_instructions_lends_no_thread(self) -> None:
+        """codex 0.171.0's warm-up carries no input; its first real turn brings the instructions."""
+        trajectory = build_trajectory([
+            self.turn(0, "", "", rid="warm"),
+            self.turn(1, MAIN_SYSTEM, "Searching.", rid="r1", previous="warm"),
+            self.turn(2, "", "Booked.", rid="r2", previous="r1"),
+            self.turn(3, TITLE_SYSTEM, "Title", rid="t1", size=5000),
+        ])
+        assert trajectory.main is not None and trajectory.main.system == MAIN_SYSTEM
+        assert [t.index for t in trajectory.main.turns] == [1, 2] and trajectory.reply == "Booked."
+        assert [th.system for th in trajectory.threads] == ["", MAIN_SYSTEM, TITLE_SYSTEM]
+
+    def test_an_unknown_previous_response_keeps_its_own_thread(self) -> None:
+        trajectory = build_trajectory([self.turn(0, MAIN_SYSTEM, "a", rid="r0"),
+                                       self.turn(1, "", "b", rid="r1", previous="elsewhere")])
+        assert [th.system for th in trajectory.threads] == [MAIN_SYSTEM, ""]

@@ -53,6 +53,7 @@ class Compare(LiveCalls):
         self.deliver(flow_id, result)
 
     def done(self) -> None:
+        self.sockets.finish()  # WebSocket turns still open were left by the agent: settled first
         # Recorded turns no live call reached are results too, delivered like any other.
         unreached = self.pairer.finish()
         for result in unreached:

@@ -12,6 +12,12 @@ routes such a call to `HoldServer`, a small HTTP/1.1 server on 127.0.0.1 inside
 the proxy process: the proxy streams its partial answer to the client and, when
 the client leaves, closes the connection, which ends the hold. `close` ends
 every hold at shutdown.
+
+Replay of a WebSocket uses it too: mitmproxy relays WebSocket messages only
+between two connections it holds, so a replayed upgrade is answered 101 from
+here and the line held open, while the replay concern drops every client frame
+and injects the recorded ones (`flowproof.addon.websocket`): nothing is ever
+sent here after the upgrade, and the proxy closes the line when the client does.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ __all__ = ["HOLD_HEADER", "Held", "HoldServer"]
 #: The request header naming the held answer a request is for (set by the replay concern).
 HOLD_HEADER = "x-flowproof-hold"
 
-_STATUS_TEXT = {200: "OK"}
+_STATUS_TEXT = {101: "Switching Protocols", 200: "OK"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +51,10 @@ class Held:
         if self.status is None:
             return b""
         lines = [f"HTTP/1.1 {self.status} {_STATUS_TEXT.get(self.status, 'Status')}"]
+        if self.status == 101:
+            # An upgrade: the connection now carries WebSocket frames, it has no HTTP body.
+            lines += [f"{name}: {value}" for name, value in self.headers.items()]
+            return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         for name, value in self.headers.items():
             if name.lower() not in ("content-length", "transfer-encoding", "connection"):
                 lines.append(f"{name}: {value}")

@@ -17,6 +17,7 @@ from mitmproxy import http
 from mitmproxy.connection import ConnectionState
 
 from flowproof.addon.shared import Shared, content_of, elapsed_ms, log, refuse_unhandled
+from flowproof.addon.websocket import LiveSockets
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.errors import FlowproofError
 from flowproof.events import ErrorEvent, TurnEvent
@@ -75,6 +76,8 @@ class LiveCalls:
         self.shared = shared
         self.calls: dict[str, PendingCall] = {}
         self.completed = 0  # model calls completed, the next turn index
+        #: Model APIs spoken over a WebSocket (`flowproof.addon.websocket`).
+        self.sockets = LiveSockets(self)
 
     def on_turn(self, flow_id: str, turn: RecordedTurn) -> None:
         """A live call completed (its ``turn`` event is already written)."""
@@ -102,6 +105,9 @@ class LiveCalls:
         if detected is None:
             return
         req = flow.request
+        if detected.websocket is not None:
+            self.sockets.upgrade(flow, detected.websocket)
+            return
         codec = detected.codec
         if codec is None:
             # The user mapped this host (a gateway, a local model): its other traffic
@@ -109,6 +115,8 @@ class LiveCalls:
             shared.map_upstream(req)
             return
         prepared = shared.prepare(flow, codec)
+        if prepared is None:
+            return
         # A declared secret in the URL never reaches the cassette (the body is masked by prepare).
         url = shared.config.normalizer.mask_text(req.pretty_url)
         self.calls[flow.id] = PendingCall.start(codec, req.method, url, req.headers.items(multi=True), prepared)
@@ -149,6 +157,7 @@ class LiveCalls:
             return
         turn = call.turn(self.completed, recorded)
         self.completed += 1
+        self.shared.learn_calls(turn)
         # Compare logs the live turn too: the runner checks the spec against the live trajectory.
         self.shared.events.write(TurnEvent(flow.id, self.mode, turn, elapsed_ms(flow)))
         self.on_turn(flow.id, turn)
@@ -182,10 +191,21 @@ class LiveCalls:
 
         mitmproxy may stop before it has noticed the client's close, so these are settled
         here exactly as ``error`` would have: complete after the terminal event, else abandoned.
+        WebSocket connections still open are settled the same way.
         """
         for flow_id, call in list(self.calls.items()):
             self.calls.pop(flow_id, None)
             self._left(flow_id, call)
+        self.sockets.finish()
+
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        self.sockets.websocket_start(flow)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        self.sockets.websocket_message(flow)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self.sockets.websocket_end(flow)
 
     def _left(self, flow_id: str, call: PendingCall, ms: float | None = None) -> None:
         turn = call.left_turn(self.completed, self.shared.config.normalizer)

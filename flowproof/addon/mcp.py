@@ -34,7 +34,7 @@ from typing import Any
 from mitmproxy import http
 
 from flowproof.addon.mcp_stdio import StdioRelay
-from flowproof.addon.shared import Shared, log
+from flowproof.addon.shared import Shared, content_of, log
 from flowproof.events import DivergenceEvent, ErrorEvent, McpCallEvent, McpRejectedEvent
 from flowproof.mcp import (
     SESSION_PLACEHOLDER,
@@ -130,7 +130,7 @@ class McpBoundary:
         if route is None:
             return False
         self._ours.add(flow.id)
-        body = req.content or b""
+        body = content_of(req)  # capped: a compressed bomb is refused, never expanded whole
         decision = decide(req.method, {k.lower(): v for k, v in req.headers.items()}, body,
                           self.answers.get(route.name, {}))
         if isinstance(decision, Reject):

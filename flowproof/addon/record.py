@@ -41,6 +41,7 @@ class Record(LiveCalls):
         cassette = Cassette(
             tuple(self.turns), route=config.route, mcp=tuple(self.shared.mcp_exchanges),
             mcp_stdio=tuple(r.session() for r in self.shared.mcp_stdio),
+            connections=self.sockets.recorded(),
         )
         try:
             save_cassette(cassette, path)

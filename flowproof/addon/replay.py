@@ -16,6 +16,7 @@ from mitmproxy import http
 from flowproof.addon.eventlog import spliceable_json
 from flowproof.addon.hold import HOLD_HEADER, Held, HoldServer
 from flowproof.addon.shared import JSON_HEADERS, Shared, elapsed_ms, log, refuse_unhandled
+from flowproof.addon.websocket import ReplaySockets
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.events import DivergenceEvent, TurnEvent
 from flowproof.options import Mode
@@ -55,6 +56,8 @@ class Replay:
         self.shared = shared
         self.hold_server = HoldServer()
         self.held: set[str] = set()  # flows answered by the hold server
+        #: Model APIs spoken over a WebSocket, answered here (`flowproof.addon.websocket`).
+        self.sockets = ReplaySockets(shared, self.hold_server)
 
     def request(self, flow: http.HTTPFlow) -> None:
         try:
@@ -67,6 +70,9 @@ class Replay:
         shared = self.shared
         detected = shared.detect(flow)
         if detected is None:
+            return
+        if detected.websocket is not None:
+            self.sockets.accept(flow, detected.websocket)
             return
         codec = detected.codec
         if codec is None:
@@ -91,6 +97,8 @@ class Replay:
         # Every way out of this hook writes a flushed line (turn, divergence, or the
         # error of Replay.request), so request_started shares its write.
         prepared = shared.prepare(flow, codec, flush=False)
+        if prepared is None:
+            return
         assert shared.replayer is not None  # configure builds it for replay
         # The body is parsed only if it matches nothing (to explain the miss).
         decision = shared.replayer.decide(
@@ -121,6 +129,7 @@ class Replay:
             )
             return
         turn = decision.turn
+        shared.learn_calls(turn)
         # The request hashed to the recorded body's sha256, so its bytes are that body's JSON:
         # the turn line carries them instead of serializing the body again (EventLog).
         request_json = (
@@ -166,6 +175,12 @@ class Replay:
     def error(self, flow: http.HTTPFlow) -> None:
         # The client left a held call, as it did at record: nothing to report.
         self.held.discard(flow.id)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        self.sockets.websocket_message(flow)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self.sockets.websocket_end(flow)
 
     def done(self) -> None:
         self.hold_server.close()

@@ -15,7 +15,10 @@ from mitmproxy import http
 
 from flowproof.addon.eventlog import EventLog
 from flowproof.addon.options import AddonConfig
+from flowproof.cassette import RecordedTurn, turn_views
 from flowproof.commands import addon_record_command, record_command
+from flowproof.content_encoding import DecodedTooLargeError, decode_content, is_identity
+from flowproof.errors import FlowproofError
 from flowproof.events import DoneEvent, ErrorEvent, RequestStartedEvent
 from flowproof.log import addon_logger
 from flowproof.mcp import McpExchange
@@ -24,6 +27,8 @@ from flowproof.redact import redact_url
 from flowproof.replay import Replayer
 from flowproof.request_key import PreparedRequest, prepare_request
 from flowproof.wire import Codec, detect, is_model_host, normalize_host
+from flowproof.wire.base import FrameCodec
+from flowproof.wire.frames import detect_frames
 
 __all__ = [
     "JSON_HEADERS",
@@ -34,6 +39,7 @@ __all__ = [
     "elapsed_ms",
     "log",
     "refuse_unhandled",
+    "refuse_websocket",
 ]
 
 # structlog bound to a stdlib logger, so events reach mitmproxy's log handlers
@@ -44,11 +50,17 @@ JSON_HEADERS = {"content-type": "application/json"}
 
 
 def content_of(message: http.Message) -> bytes:
-    """The decoded body; the raw bytes when the declared content-encoding is wrong."""
+    """The decoded body (``content-encoding`` undone), the raw bytes when the declared encoding
+    is wrong. Decoding stops at `DECODED_BODY_CAP` and raises `DecodedTooLargeError`: mitmproxy's
+    own ``message.content`` would expand a compression bomb whole, in memory."""
+    raw = message.raw_content or b""
+    encoding = message.headers.get("content-encoding", "")
+    if not raw or is_identity(encoding):
+        return raw
     try:
-        return message.content or b""
+        return decode_content(raw, encoding)
     except ValueError:
-        return message.raw_content or b""
+        return raw
 
 
 def elapsed_ms(flow: http.HTTPFlow) -> float:
@@ -62,6 +74,16 @@ def _is_websocket_upgrade(request: http.Request) -> bool:
     return upgrade.strip().lower() == "websocket"
 
 
+def refuse_websocket(flow: http.HTTPFlow) -> None:
+    """Answer a WebSocket upgrade with 426: codex then falls back to HTTP at once (measured:
+    under a second, against about six seconds of retries after a 403 or 404)."""
+    flow.response = http.Response.make(
+        426,
+        json.dumps({"error": {"message": "flowproof: WebSocket is not supported here, use HTTP"}}),
+        {**JSON_HEADERS, "connection": "close"},
+    )
+
+
 def config_record_command(config: AddonConfig) -> str:
     """The command that records the configured cassette: ``flowproof-run`` with a spec,
     else the bare mitmdump command."""
@@ -72,11 +94,13 @@ def config_record_command(config: AddonConfig) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Detected:
-    """A request flowproof must act on: a model call (``codec``) or other traffic (``codec`` None)
-    to a model host (``model_host``) or elsewhere."""
+    """A request flowproof must act on: a model call (``codec``), a WebSocket upgrade to a
+    model API (``websocket``, its frame codec), or other traffic (both None) to a model host
+    (``model_host``) or elsewhere."""
 
     codec: Codec | None
     model_host: bool
+    websocket: FrameCodec | None = None
 
 
 class Shared:
@@ -90,6 +114,21 @@ class Shared:
         self.mcp_exchanges: list[McpExchange] = []
         #: stdio MCP sessions recorded by the MCP concern (`addon.mcp_stdio`), saved beside them.
         self.mcp_stdio: list[StdioRecording] = []
+        #: Tool names by call id, from the responses seen so far (`learn_calls`): a continuation
+        #: by id answers a call it does not carry, and the spec's tool results must still apply.
+        self.call_names: dict[str, str] = {}
+
+    def learn_calls(self, turn: RecordedTurn) -> None:
+        """Remember the tool calls a turn's response asked for (only when the spec mocks tools)."""
+        if not self.config.tool_results or turn.response is None:
+            return
+        try:
+            view = turn_views(turn).response
+        except FlowproofError:
+            return  # an unreadable response names no call
+        for call in view.tool_calls if view is not None else ():
+            if call.call_id:
+                self.call_names[call.call_id] = call.name
 
     def record_command(self) -> str:
         """The command that records this cassette (see `config_record_command`)."""
@@ -97,7 +136,8 @@ class Shared:
 
     def detect(self, flow: http.HTTPFlow) -> Detected | None:
         """What ``flow`` is; None when flowproof has nothing to do with it (another addon
-        answered it, or it is a WebSocket upgrade to a model host, refused here)."""
+        answered it, or it is a WebSocket upgrade to a model host refused here with 426:
+        ``transport: http``, or an API flowproof cannot record over a WebSocket)."""
         if flow.response is not None or flow.error is not None:
             return None
         req = flow.request
@@ -106,37 +146,61 @@ class Shared:
         extra = self.config.extra_hosts
         model_host = is_model_host(host, extra)
         if _is_websocket_upgrade(req):
-            if model_host or detect("POST", host, path, extra) is not None:
-                # codex tries Responses-over-WebSocket first; 426 makes it fall back to HTTP at once.
-                flow.response = http.Response.make(
-                    426,
-                    json.dumps(
-                        {"error": {"message": "flowproof: WebSocket is not supported, use HTTP"}}
-                    ),
-                    {**JSON_HEADERS, "connection": "close"},
-                )
+            frames = detect_frames(host, path, extra)
+            if frames is not None and not self.config.options.refuses_websocket:
+                return Detected(None, model_host, websocket=frames)
+            if model_host or frames is not None or detect("POST", host, path, extra) is not None:
+                refuse_websocket(flow)
                 log.info("websocket_refused", host=host, path=path)
             return None
         return Detected(detect(req.method, host, path, extra), model_host)
 
-    def prepare(self, flow: http.HTTPFlow, codec: Codec, *, flush: bool = True) -> PreparedRequest:
+    def prepare(self, flow: http.HTTPFlow, codec: Codec, *, flush: bool = True) -> PreparedRequest | None:
         """The model call's hash path (`prepare_request`); the forwarded body replaces the
         request's when tool results were substituted. Logs ``request_started`` (unflushed with
-        ``flush=False``: replay writes the call's outcome in the same hook, `EventLog`)."""
+        ``flush=False``: replay writes the call's outcome in the same hook, `EventLog`).
+
+        None when the body decodes past the cap: the call is answered 413 here, never
+        forwarded, and an ``error`` event names it and the cap."""
         req = flow.request
-        raw = content_of(req)
+        try:
+            raw = content_of(req)
+        except DecodedTooLargeError as e:
+            self.refuse_too_large(flow, codec, e)
+            return None
+        prepared = self.prepare_body(flow.id, codec, raw, req.path.split("?", 1)[0], flush=flush,
+                                     at=req.timestamp_start)
+        if prepared.rewrite_error is None and prepared.forwarded != raw:
+            req.content = prepared.forwarded
+        return prepared
+
+    def prepare_body(self, call_id: str, codec: Codec, raw: bytes, path: str, *, flush: bool = True,
+                     at: float | None = None) -> PreparedRequest:
+        """`prepare` for a body that is not an HTTP request's (a WebSocket request frame): the
+        hash path, and ``request_started`` for ``call_id`` (``at``: when the request arrived, the
+        moment its ``ms`` counts from). The caller forwards ``forwarded``."""
         prepared = prepare_request(
-            codec, raw, self.config.tool_results, self.config.normalizer, req.path.split("?", 1)[0]
+            codec, raw, self.config.tool_results, self.config.normalizer, path, self.call_names
         )
         if prepared.rewrite_error is not None:
             # The codec cannot read the body: forward it as sent; the hash then says what it is.
             log.warning(
                 "tool_results_not_substituted", provider=codec.name, reason=prepared.rewrite_error
             )
-        elif prepared.forwarded != raw:
-            req.content = prepared.forwarded
-        self.events.write(RequestStartedEvent(flow.id, req.timestamp_start), flush=flush)
+        self.events.write(RequestStartedEvent(call_id, at), flush=flush)
         return prepared
+
+    def refuse_too_large(self, flow: http.HTTPFlow, codec: Codec, error: DecodedTooLargeError) -> None:
+        """Answer a call whose body decodes past the cap with a 413, and fail the run naming it."""
+        req = flow.request
+        text = (
+            f"flowproof refused the model call {req.method} {redact_url(req.pretty_url)} (flow {flow.id}): "
+            f"{error}. It was answered 413 and never forwarded."
+        )
+        flow.response = http.Response.make(413, codec.error_body(413, f"flowproof: {error}"), JSON_HEADERS)
+        self.events.write(RequestStartedEvent(flow.id, req.timestamp_start), flush=False)
+        self.events.write(ErrorEvent(text, id=flow.id))
+        log.error("request_body_too_large", flow_id=flow.id, encoding=error.encoding, cap=error.cap)
 
     def map_upstream(self, req: http.Request) -> bool:
         """Point a request for a mapped host at its upstream URL; True when it was mapped."""

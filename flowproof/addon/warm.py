@@ -169,6 +169,15 @@ class WarmSessions:
     def error(self, flow: http.HTTPFlow) -> None:
         self._dispatch("error", flow)
 
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        self._dispatch("websocket_start", flow)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        self._dispatch("websocket_message", flow)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self._dispatch("websocket_end", flow)
+
     def _dispatch(self, name: str, flow: http.HTTPFlow) -> None:
         session = self.session_of(flow.client_conn)
         if session is not None:

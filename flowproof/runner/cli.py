@@ -241,6 +241,12 @@ _RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path
     "--compare-handler", metavar="MODULE:FUNC", help="Receive each compare result instead of failing on drift."
 )
 @click.option(
+    "--transport",
+    type=click.Choice(["http"]),
+    help="http: answer a WebSocket upgrade to a model API with 426, so the agent speaks HTTP "
+    "(default: record what the agent speaks; a spec may say transport: http).",
+)
+@click.option(
     "--allow-error-turns",
     is_flag=True,
     help="With --record: keep a recording whose turns hold an HTTP error status (the flow tests error handling).",
@@ -287,6 +293,7 @@ def run_command(
     jobs: int,
     shard: str | None,
     compare_handler: str | None,
+    transport: str | None,
     allow_error_turns: bool,
     strict_mocks: bool,
     otel: bool,
@@ -335,6 +342,7 @@ def run_command(
         proxy_port=proxy_port,
         timeout=timeout,
         compare_handler=compare_handler,
+        transport=transport,
         cancel=cancel,
         allow_error_turns=allow_error_turns,
         progress=progress,

@@ -41,7 +41,7 @@ from flowproof.genai_spans import RunFacts, SpanRecord, run_spans
 from flowproof.guard import guard_evidence
 from flowproof.mcp import calls_from_events
 from flowproof.model import Turn
-from flowproof.options import Mode, ProxyOptions, Route, Upstream, choose, listeners_for, with_spec
+from flowproof.options import Mode, ProxyOptions, Route, Transport, Upstream, choose, listeners_for, with_spec
 from flowproof.redact import redact_text, secret_values
 from flowproof.runner.agents import AgentRun, EventSource, run_command_agent, run_url_agent
 from flowproof.runner.env import (
@@ -105,6 +105,8 @@ class RunOptions:
     proxy_port: int = 0
     timeout: float | None = None
     compare_handler: str | None = None
+    #: ``http``: refuse WebSocket upgrades to model APIs for every flow (``--transport http``).
+    transport: str | None = None
     ca_dir: Path | None = None
     environ: Mapping[str, str] | None = None
     proxy_timeout: float = 20.0
@@ -271,6 +273,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                     extra_hosts=tuple(options.extra_hosts),
                     route=route,
                     compare_handler=options.compare_handler or "",
+                    transport=Transport(options.transport or Transport.AUTO.value),
                     mcp=tuple(item.route for item in listeners),
                     listeners=listeners_for(route, options.proxy_port, reverse_listeners(listeners)),
                 ),

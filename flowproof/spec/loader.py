@@ -65,7 +65,9 @@ __all__ = [
 DEFAULT_TIMEOUT = 120.0
 
 _TOP_KEYS = ("name", "app", "agent", "tools", "mcp", "strict", "cassette", "volatile",
-             "on_compare", "steps", "allow_error_turns", "pricing", "strict_mocks")
+             "on_compare", "steps", "allow_error_turns", "pricing", "strict_mocks", "transport")
+#: `transport:` values: ``http`` refuses a WebSocket upgrade to a model API (426).
+_TRANSPORTS = ("http",)
 _AGENT_KEYS = ("command", "url", "env", "timeout", "cwd", "route")
 _TOOL_KEYS = ("name", "result")
 _MCP_KEYS = ("name", "url", "command", "tools")
@@ -207,6 +209,17 @@ class _Walker(StepWalker):
                              f"found `{on_compare}`", "e.g. `on_compare: my_checks:on_drift`")
                 on_compare = None
 
+        transport: str | None = None
+        if "transport" in entries:
+            node = entries["transport"][1]
+            value = self.text(node, "`transport`")
+            if value is not None and value not in _TRANSPORTS:
+                self.problem(node, f"unknown transport `{value}`",
+                             "write `transport: http` to keep the agent off WebSockets (426); "
+                             "leave it out to record what the agent speaks")
+            elif value is not None:
+                transport = value
+
         steps: tuple[Step, ...] = ()
         if "steps" in entries:
             declared = {t.name for t in tools} | {t.name for s in mcp for t in s.tools}
@@ -238,6 +251,7 @@ class _Walker(StepWalker):
             strict_location=strict_location,
             pricing=pricing,
             strict_mocks=strict_mocks,
+            transport=transport,
         )
 
     def agent(self, key: Node, node: Node) -> AgentSpec | None:

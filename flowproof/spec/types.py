@@ -298,13 +298,16 @@ class FlowSpec:
     pricing: tuple[Price, ...] = ()
     #: A ``tools:`` or ``mcp:`` mock that never fired fails the run.
     strict_mocks: bool = False
+    #: Where `strict:` is written: a strict failure points there, not at the top of the file.
+    strict_location: Location | None = field(compare=False, default=None)
+    #: ``http``: refuse a WebSocket upgrade to a model API (426) so the agent speaks HTTP;
+    #: None: record what the agent speaks (docs/spec.md, "transport").
+    transport: str | None = None
 
     @property
     def secrets(self) -> tuple[SecretLeakAssertion, ...]:
         """Every ``assert_no_secret_leak`` step (they are flow-level: never inside ``in:``)."""
         return tuple(s for s in self.steps if isinstance(s, SecretLeakAssertion))
-    #: Where `strict:` is written: a strict failure points there, not at the top of the file.
-    strict_location: Location | None = field(compare=False, default=None)
 
     @property
     def prompts(self) -> tuple[PromptStep, ...]:

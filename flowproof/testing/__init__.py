@@ -25,7 +25,8 @@ time to first chunk.
 Modules: `script` (the reply DSL and script files), `capture` (what was
 received and sent), `detect` (which API a request is), `base` and one renderer
 per API, `livelike` (answers that differ like a live model's), `transport`
-(when each byte goes out), `server` (the threaded HTTP/1.1 server), `http2`
+(when each byte goes out), `server` (the threaded HTTP/1.1 server), `websocket`
+(the Responses WebSocket mode), `http2`
 and `tls` (HTTP/2, by ALPN or prior knowledge), `clients` (rude clients that
 leave a call early), `cli` (``python -m flowproof.testing``). See
 ``docs/testing.md``.

@@ -15,7 +15,9 @@ class ReceivedRequest:
     ``headers`` has lowercase keys; ``json`` is the parsed body or ``None`` when
     it is not JSON; ``api`` is the provider id it was answered as, or ``None``;
     ``http_version`` is ``HTTP/1.1`` (or what an HTTP/1 client said) or
-    ``HTTP/2``; ``tls`` says whether the connection was TLS.
+    ``HTTP/2``; ``tls`` says whether the connection was TLS. A request frame received on a
+    WebSocket has ``method`` ``"WEBSOCKET"``, the upgrade's path and headers, and ``websocket``
+    the connection's number (1 for the first upgraded connection); ``None`` for HTTP requests.
     """
 
     method: str
@@ -27,6 +29,7 @@ class ReceivedRequest:
     api: str | None
     http_version: str = "HTTP/1.1"
     tls: bool = False
+    websocket: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from flowproof.testing.base import (
@@ -21,10 +22,28 @@ INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_
 
 
 def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
+    """The answer over HTTP: one JSON response object, or an SSE stream of `stream_events`."""
+    if not stream:
+        return Rendered(200, "application/json", body=pretty(stream_events(reply, ctx)[-1]["response"]))
+    events = tuple(sse(payload, event=payload["type"]) for payload in stream_events(reply, ctx))
+    return Rendered(200, "text/event-stream; charset=utf-8", events=events)
+
+
+def stream_events(reply: Reply | None, ctx: Context, *, response_id: str | None = None) -> list[dict[str, Any]]:
+    """The stream's events as JSON objects, ``response.created`` to the terminal event (whose
+    ``response`` is also the whole non-streamed answer). Over a WebSocket each is one text frame.
+
+    ``reply`` None is a warm-up (``generate: false``): a response with no output at all.
+    ``response_id`` replaces the counter id ``resp_fake_N``."""
     msg_id = ctx.ident(f"msg_fake_{ctx.n}", "msg_", "message", length=48)
-    call_ids = ctx.tool_call_ids(reply.calls, "call_fake_", "call_")
+    call_ids = ctx.tool_call_ids(reply.calls, "call_fake_", "call_") if reply is not None else []
     items: list[dict[str, Any]] = []
-    if reply.content or not reply.calls:
+    warm_up = reply is None
+    if reply is None:
+        reply = Reply.text("")
+    if reply.reasoning is not None:
+        items.append(_reasoning_item(reply.reasoning, ctx))
+    if not warm_up and (reply.content or not reply.calls):
         items.append({"id": msg_id, "type": "message", "status": "completed", "role": "assistant",
                       "content": [{"type": "output_text", "text": reply.content, "annotations": [],
                                    "logprobs": []}]})
@@ -36,10 +55,12 @@ def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
     status = "incomplete" if finish in INCOMPLETE_REASONS else "completed"
     tools = ctx.body.get("tools")
     instructions = ctx.body.get("instructions")
+    previous = ctx.body.get("previous_response_id")
+    store = ctx.body.get("store")
 
     def response(state: str, output: list[dict[str, Any]], done: bool) -> dict[str, Any]:
         return {
-            "id": ctx.ident(f"resp_fake_{ctx.n}", "resp_", "response", length=48),
+            "id": response_id or ctx.ident(f"resp_fake_{ctx.n}", "resp_", "response", length=48),
             "object": "response",
             "created_at": FIXED_CREATED,
             "status": state,
@@ -52,9 +73,9 @@ def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
             "model": ctx.model,
             "output": output,
             "parallel_tool_calls": True,
-            "previous_response_id": None,
+            "previous_response_id": previous if isinstance(previous, str) else None,
             "reasoning": {"effort": None, "summary": None},
-            "store": True,
+            "store": store if isinstance(store, bool) else True,
             "temperature": 1.0,
             "text": {"format": {"type": "text"}},
             "tool_choice": "auto",
@@ -74,18 +95,17 @@ def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
             "metadata": {},
         }
 
-    if not stream:
-        return Rendered(200, "application/json", body=pretty(response(status, items, True)))
-
-    events: list[bytes] = []
+    events: list[dict[str, Any]] = []
 
     def emit(kind: str, **data: Any) -> None:
-        events.append(sse({"type": kind, "sequence_number": len(events), **data}, event=kind))
+        events.append({"type": kind, "sequence_number": len(events), **data})
 
     emit("response.created", response=response("in_progress", [], False))
     emit("response.in_progress", response=response("in_progress", [], False))
     for index, item in enumerate(items):
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            emit("response.output_item.added", output_index=index, item={**item, "summary": []})
+        elif item["type"] == "message":
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             emit("response.output_item.added", output_index=index,
                  item={**item, "status": "in_progress", "content": []})
@@ -108,7 +128,17 @@ def render(reply: Reply, ctx: Context, stream: bool) -> Rendered:
                  name=item["name"], arguments=item["arguments"])
         emit("response.output_item.done", output_index=index, item=item)
     emit(f"response.{status}", response=response(status, items, True))
-    return Rendered(200, "text/event-stream; charset=utf-8", events=tuple(events))
+    return events
+
+
+def _reasoning_item(summary: str, ctx: Context) -> dict[str, Any]:
+    """A reasoning item; with ``encrypted_content`` when the request asked for it (``include``)."""
+    item: dict[str, Any] = {"id": ctx.ident(f"rs_fake_{ctx.n}", "rs_", "reasoning", length=48),
+                            "type": "reasoning", "summary": [{"type": "summary_text", "text": summary}]}
+    include = ctx.body.get("include")
+    if isinstance(include, list) and "reasoning.encrypted_content" in include:
+        item["encrypted_content"] = "gAAAAA" + base64.b64encode(f"fake-reasoning:{ctx.n}:{summary}".encode()).decode()
+    return item
 
 
 # Anthropic Messages -----------------------------------------------------------

@@ -78,6 +78,7 @@ class ReplyOptions(TypedDict):
     max_tokens: NotRequired[bool]
     finish: NotRequired[str | None]
     model: NotRequired[str | None]
+    reasoning: NotRequired[str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +107,10 @@ class Reply:
     ``max_tokens``, ``MAX_TOKENS``, or an incomplete response). ``finish``
     names the finish reason in a unified word (see `FINISH_REASONS`), rendered
     in each API's own vocabulary. ``model`` overrides the model echoed from the
-    request.
+    request. ``reasoning`` (the Responses API only) puts a reasoning item with
+    that summary before the output; it carries ``encrypted_content`` when the
+    request asks for ``reasoning.encrypted_content``, as a ``store: false``
+    client does, which must send the item back as it got it.
     """
 
     content: str = ""
@@ -122,6 +126,7 @@ class Reply:
     first_byte_delay: float = 0.0
     end_delay: float | None = None
     finish: str | None = None
+    reasoning: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.content, str):
@@ -267,7 +272,7 @@ class Reply:
         for key, kind in (("cut_after", int), ("first_byte_delay", (int, float)),
                           ("first_chunk_delay", (int, float)), ("chunk_delay", (int, float)),
                           ("end_delay", (int, float)), ("max_tokens", bool), ("finish", str),
-                          ("model", str)):
+                          ("model", str), ("reasoning", str)):
             if key in data and data[key] is not None:
                 value = data[key]
                 if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -314,7 +319,7 @@ class Reply:
 
 _REPLY_KEYS = frozenset(
     {"text", "tool_calls", "error", "cut_after", "first_byte_delay", "first_chunk_delay", "chunk_delay",
-     "end_delay", "max_tokens", "finish", "model"}
+     "end_delay", "max_tokens", "finish", "model", "reasoning"}
 )
 
 

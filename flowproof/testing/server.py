@@ -25,12 +25,20 @@ from pathlib import Path
 from typing import Any, Self, TextIO
 from urllib.parse import parse_qsl, urlsplit
 
+import brotli  # type: ignore[import-untyped]  # ships no type information
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:  # mitmproxy depends on the backport
+    from backports import zstd
+
 # One renderer module per API, named as modules: `from flowproof.testing import …` would
 # make this module depend on the package __init__ that re-exports it (an import cycle).
 import flowproof.testing.anthropic as anthropic
 import flowproof.testing.gemini as gemini
 import flowproof.testing.openai_chat as openai_chat
 import flowproof.testing.openai_responses as openai_responses
+import flowproof.testing.websocket as websocket
 from flowproof.testing.base import DEFAULT_MODEL, Context, Rendered, render_error
 from flowproof.testing.capture import (
     CLIENT_CLOSED,
@@ -61,11 +69,31 @@ _POLL = 0.02
 
 
 def _decode_body(data: bytes, encoding: str) -> bytes:
-    encoding = encoding.lower()
-    if encoding == "gzip":
-        return gzip.decompress(data)
-    if encoding == "deflate":
-        return zlib.decompress(data)
+    """A request body as sent before ``content-encoding`` (gzip, deflate, br, zstd; several in order).
+
+    Raises ValueError when the body is not what its encoding says."""
+    try:
+        return _decode_codings(data, encoding)
+    except (zlib.error, brotli.error, zstd.ZstdError, EOFError, OSError) as e:
+        raise ValueError(f"cannot decode a {encoding} body: {e}") from None
+
+
+def _decode_codings(data: bytes, encoding: str) -> bytes:
+    for coding in reversed([c.strip().lower() for c in encoding.split(",") if c.strip()]):
+        if coding in ("gzip", "x-gzip"):
+            data = gzip.decompress(data)
+        elif coding == "deflate":
+            # RFC 9110's deflate is zlib-wrapped; some clients send raw DEFLATE.
+            try:
+                data = zlib.decompress(data)
+            except zlib.error:
+                data = zlib.decompress(data, -zlib.MAX_WBITS)
+        elif coding == "br":
+            data = brotli.decompress(data)
+        elif coding == "zstd":
+            data = zstd.decompress(data)
+        elif coding != "identity":
+            raise ValueError(f"unknown content-encoding {coding!r}")
     return data
 
 
@@ -117,14 +145,23 @@ class _Handler(BaseHTTPRequestHandler):
             data = self.rfile.read(int(self.headers.get("content-length") or 0))
         return _decode_body(data, self.headers.get("content-encoding", ""))
 
+    @property
+    def is_tls(self) -> bool:
+        return isinstance(self.connection, ssl.SSLSocket)
+
     def _handle(self) -> None:
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        path = urlsplit(self.path).path
+        if websocket.is_upgrade(self.command, path, headers):
+            self.server.fake._websocket(self, path, headers)
+            return
         try:
             body: bytes | None = self._read_body()
-        except (ValueError, OSError, EOFError, zlib.error):
+        except (ValueError, OSError, EOFError):
             body = None
         self.server.fake._respond(
             self, self.command, self.path, list(self.headers.items()), body,
-            http_version=self.request_version, tls=isinstance(self.connection, ssl.SSLSocket),
+            http_version=self.request_version, tls=self.is_tls,
         )
 
     # Transport -------------------------------------------------------------
@@ -362,6 +399,9 @@ class FakeModelServer:
         self._faults: list[str] = []
         self._served = 0
         self._tool_counter = 0
+        self._websockets = 0
+        self._warmups = 0
+        self._response_ids: set[str] = set()
         self._stopping = threading.Event()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -531,6 +571,32 @@ class FakeModelServer:
 
     # internals used by the connections -------------------------------------------
 
+    def _track(self, request: ReceivedRequest, record: ExchangeRecord) -> None:
+        with self._lock:
+            self._requests.append(request)
+            self._exchanges.append(record)
+
+    def _websocket(self, handler: _Handler, path: str, headers: Mapping[str, str]) -> None:
+        """Serve an upgraded connection (`flowproof.testing.websocket`) until it closes."""
+        with self._lock:
+            self._websockets += 1
+            number = self._websockets
+        self._log(f"GET {path} -> 101 (WebSocket {number})")
+        websocket.serve(self, handler, path, headers, number)
+
+    def _mint_warmup_id(self) -> str:
+        with self._lock:
+            self._warmups += 1
+            return f"resp_fake_warmup_{self._warmups}"
+
+    def _remember_response(self, response_id: str) -> None:
+        with self._lock:
+            self._response_ids.add(response_id)
+
+    def _knows_response(self, response_id: Any) -> bool:
+        with self._lock:
+            return isinstance(response_id, str) and response_id in self._response_ids
+
     def _fault(self, text: str) -> None:
         with self._lock:
             self._faults.append(text)
@@ -575,9 +641,7 @@ class FakeModelServer:
             http_version=http_version, tls=tls,
         )
         record = ExchangeRecord(request)
-        with self._lock:
-            self._requests.append(request)
-            self._exchanges.append(record)
+        self._track(request, record)
         if method == "GET" and path == "/health":
             write_answer(transport, Rendered(200, "application/json", body=b'{"status":"ok"}'), None, record)
             return
@@ -593,31 +657,43 @@ class FakeModelServer:
         self._log(f"{method} {target} -> {rendered.status}")
         write_answer(transport, rendered, reply, record, end_delay=self._end_delay)
 
-    def _answer(self, api: str, path: str, query: Mapping[str, str], raw: bytes,
-                body: Mapping[str, Any]) -> tuple[Rendered, Reply | None]:
+    def _take(self, api: str, body: Mapping[str, Any]) -> tuple[Reply, int, tuple[int, ...]] | str:
+        """The next reply for a call (from its lane), its call number and tool-call counters;
+        the exhausted message when none is left."""
         system = system_prompt(api, body) if self._lanes else ""
         with self._lock:
             lane = next((key for key in self._lanes if key in system), None)
             queue = self._queue if lane is None else self._lanes[lane]
             if not queue:
                 where = f" in lane {lane!r}" if lane is not None else ""
-                message = f"fake model: script exhausted after {self._served} calls{where}"
-                return render_error(api, self._exhausted_status, message), None
+                return f"fake model: script exhausted after {self._served} calls{where}"
             reply = queue.popleft()
             self._served += 1
             n = self._served
             call_ids = tuple(range(self._tool_counter + 1, self._tool_counter + 1 + len(reply.calls)))
             self._tool_counter += len(reply.calls)
+        return reply, n, call_ids
+
+    def _context(self, reply: Reply, n: int, call_ids: tuple[int, ...], model: Any, raw: bytes,
+                 body: Mapping[str, Any]) -> Context:
+        out_size = len(reply.content) + sum(len(c.name) + len(c.arguments) for c in reply.calls)
+        return Context(n=n, call_ids=call_ids, model=model if isinstance(model, str) else DEFAULT_MODEL,
+                       body=body, input_tokens=max(1, len(raw) // 4), output_tokens=max(1, out_size // 4),
+                       live=self._live)
+
+    def _answer(self, api: str, path: str, query: Mapping[str, str], raw: bytes,
+                body: Mapping[str, Any]) -> tuple[Rendered, Reply | None]:
+        taken = self._take(api, body)
+        if isinstance(taken, str):
+            return render_error(api, self._exhausted_status, taken), None
+        reply, n, call_ids = taken
         if reply.is_error:
             return render_error(api, reply.status, reply.message, reply.retry_after), reply
         if self._live is not None:
             reply = self._live.apply(reply, n)
         route = GEMINI_PATH.search(path)
         model = reply.model or (route.group("model") if route else None) or body.get("model")
-        out_size = len(reply.content) + sum(len(c.name) + len(c.arguments) for c in reply.calls)
-        ctx = Context(n=n, call_ids=call_ids, model=model if isinstance(model, str) else DEFAULT_MODEL,
-                      body=body, input_tokens=max(1, len(raw) // 4), output_tokens=max(1, out_size // 4),
-                      live=self._live)
+        ctx = self._context(reply, n, call_ids, model, raw, body)
         if api == GEMINI:
             assert route is not None
             streaming = route.group("method") == "streamGenerateContent"
@@ -626,5 +702,7 @@ class FakeModelServer:
         if api == OPENAI_CHAT:
             return openai_chat.render(reply, ctx, stream), reply
         if api == OPENAI_RESPONSES:
+            events = openai_responses.stream_events(reply, ctx)
+            self._remember_response(events[-1]["response"]["id"])
             return openai_responses.render(reply, ctx, stream), reply
         return anthropic.render(reply, ctx, stream), reply

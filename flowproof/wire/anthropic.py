@@ -374,7 +374,9 @@ class AnthropicCodec:
         """Nothing: the body names the model."""
         return {}
 
-    def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
+    def rewrite_tool_results(
+        self, body: bytes, results: Mapping[str, Any], call_names: Mapping[str, str] | None = None
+    ) -> bytes:
         """Replace the ``content`` of each ``tool_result`` whose resolved tool name is mocked.
 
         A string value is used as is; any other value becomes its compact JSON.

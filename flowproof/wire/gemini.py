@@ -357,7 +357,9 @@ class GeminiCodec:
         model = model_from_path(path.split("?", 1)[0])
         return {"model": model} if model is not None else {}
 
-    def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
+    def rewrite_tool_results(
+        self, body: bytes, results: Mapping[str, Any], call_names: Mapping[str, str] | None = None
+    ) -> bytes:
         """Replace ``functionResponse.response`` for each mocked tool name.
 
         Gemini requires the response to be an object: a mocked dict is used as

@@ -356,7 +356,9 @@ class OpenAIChatCodec:
         """Nothing: the body names the model."""
         return {}
 
-    def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
+    def rewrite_tool_results(
+        self, body: bytes, results: Mapping[str, Any], call_names: Mapping[str, str] | None = None
+    ) -> bytes:
         """Replace the ``content`` of every ``role: tool`` message whose tool is in ``results``."""
         if not results:
             return body

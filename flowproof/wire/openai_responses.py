@@ -10,6 +10,8 @@ assembled from the item and delta events.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +30,7 @@ from flowproof.wire._json import (
     schema_size,
     substitute_outputs,
 )
+from flowproof.wire.base import Frame
 from flowproof.wire.openai_chat import openai_error_body, wants_stream
 from flowproof.wire.providers import provider
 from flowproof.wire.sse import SSEEvent
@@ -309,6 +312,7 @@ class OpenAIResponsesCodec:
             stream=data.get("stream") is True,
             text_size=size,
             prompt=prompt,
+            previous_response_id=optional_str(data.get("previous_response_id")),
         )
 
     def parse_response(self, body: bytes) -> ResponseView:
@@ -328,8 +332,9 @@ class OpenAIResponsesCodec:
         status = data.get("status", "completed")
         view = _view(output, status, data.get("incomplete_details"), model)
         if data.get("status") == "failed":
-            return _error_view(data.get("error"), model, view.text, view.tool_calls)
-        return view
+            view = _error_view(data.get("error"), model, view.text, view.tool_calls)
+        # The id a later request continues from (previous_response_id): threads follow it.
+        return dataclasses.replace(view, response_id=optional_str(data.get("id")))
 
     def parse_events(self, events: Sequence[SSEEvent]) -> ResponseView:
         """Assemble a Responses stream: the terminal event's response, else the deltas."""
@@ -372,15 +377,22 @@ class OpenAIResponsesCodec:
         """Nothing: the body names the model."""
         return {}
 
-    def rewrite_tool_results(self, body: bytes, results: Mapping[str, Any]) -> bytes:
-        """Replace ``output`` of every ``function_call_output`` item whose tool is in ``results``."""
+    def rewrite_tool_results(
+        self, body: bytes, results: Mapping[str, Any], call_names: Mapping[str, str] | None = None
+    ) -> bytes:
+        """Replace ``output`` of every ``function_call_output`` item whose tool is in ``results``;
+        a call the body does not carry (a continuation by id) is named by ``call_names``."""
         if not results:
             return body
         data = load_json_body(NAME, body, "request body")
         if isinstance(data.get("input"), str):
             return body  # a plain prompt carries no tool outputs
         items = _items(data)
-        changed = substitute_outputs(items, _walk_outputs(items), "output", results)
+        outputs = [
+            (i, call_id, name or (call_names or {}).get(call_id or ""))
+            for i, call_id, name in _walk_outputs(items)
+        ]
+        changed = substitute_outputs(items, outputs, "output", results)
         return dump_body(data) if changed else body
 
     def error_body(self, status: int, message: str) -> bytes:
@@ -393,3 +405,59 @@ class OpenAIResponsesCodec:
 
 
 CODEC = OpenAIResponsesCodec()
+
+
+# --------------------------------------------------------------------------- over a WebSocket
+
+#: The server events that end a turn over a WebSocket: the stream's terminal events, and the
+#: ``error`` event (the API fails the request with it; codex reads its ``status``).
+_FRAME_TERMINAL = _TERMINAL | {"error"}
+
+
+class ResponsesFrames:
+    """The Responses API over a WebSocket (``GET /v1/responses`` upgraded): each client
+    ``response.create`` frame is a turn's request (codex's ``generate: false`` warm-up
+    included), the server's events up to the terminal one its answer."""
+
+    name = NAME
+
+    def matches_upgrade(self, host: str, path: str) -> bool:
+        """The Responses path, as for ``POST`` (`OpenAIResponsesCodec.matches`)."""
+        return CODEC.matches("POST", host, path)
+
+    def is_request(self, frame: Frame) -> bool:
+        return _frame_type(frame) == "response.create"
+
+    def is_terminal(self, frame: Frame) -> bool:
+        # Every server frame passes here: parse only the few that can name a terminal event.
+        text = frame.text
+        if text is None or not any(kind in text for kind in _FRAME_TERMINAL):
+            return False
+        return _frame_type(frame) in _FRAME_TERMINAL
+
+    def error_frame(self, status: int, message: str) -> Frame:
+        """``{"type": "error", "status": S, "error": {…}}``: with ``status`` a client ends its
+        turn at once (codex does; without it codex waits for more)."""
+        error = json.loads(openai_error_body(status, message))["error"]
+        return Frame(text=compact_json({"type": "error", "status": status, "error": error}))
+
+    def error_status(self, frame: Frame) -> int | None:
+        if _frame_type(frame) != "error" or frame.text is None:
+            return None
+        data = json.loads(frame.text)
+        status = data.get("status", data.get("status_code"))
+        return status if isinstance(status, int) and not isinstance(status, bool) and status >= 400 else None
+
+
+def _frame_type(frame: Frame) -> str | None:
+    if frame.text is None or '"type"' not in frame.text:
+        return None
+    try:
+        data = json.loads(frame.text)
+    except ValueError:
+        return None
+    kind = data.get("type") if isinstance(data, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+FRAMES = ResponsesFrames()

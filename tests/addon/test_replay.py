@@ -10,6 +10,7 @@ import pytest
 
 from flowproof.wire.sse import encode_events
 
+from ..test_content_encoding import gzip_bomb
 from .conftest import (
     CUT_EMOJI_BODY,
     SPEC,
@@ -192,6 +193,16 @@ class TestReplayEdges:
         # A one-line body is written as sent (the compact one proves it: json.dumps would space it).
         assert (body.decode("utf-8") in lines[-1]) == (b"\n" not in body)
 
+    def test_request_started_names_when_the_request_arrived(self, harness: Harness):
+        """``at`` is the request's arrival on the wall clock, the moment the turn's ``ms`` counts
+        from: with it a model call has a start and an end (docs/otel.md)."""
+        path = write_cassette(harness.tmp / "c.json", chat_turn(0, chat_body(), "Booked."))
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
+        flow = model_flow(chat_body())
+        harness.addon.request(flow)
+        (started,) = harness.events("request_started")
+        assert started["at"] == flow.request.timestamp_start and started["id"] == flow.id
+
     def test_gzip_request_matches_a_plain_recording(self, harness: Harness):
         """A gzip-encoded request matches the turn recorded from the same body sent plain."""
         path = write_cassette(harness.tmp / "c.json", chat_turn(0, chat_body(), "hi"))
@@ -200,6 +211,19 @@ class TestReplayEdges:
             (b"host", b"api.openai.com"), (b"content-type", b"application/json"), (b"content-encoding", b"gzip")])
         harness.addon.request(f)
         assert f.response is not None and f.response.status_code == 200
+
+    def test_a_body_decoding_past_the_cap_is_refused_413_naming_the_call(self, harness: Harness):
+        """80 MiB of zeros in 80 KB of gzip: refused at the 64 MiB cap, never matched or expanded whole."""
+        path = write_cassette(harness.tmp / "c.json", chat_turn(0, chat_body(), "hi"))
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
+        f = model_flow(gzip_bomb(80), headers=[
+            (b"host", b"api.openai.com"), (b"content-type", b"application/json"), (b"content-encoding", b"gzip")])
+        harness.addon.request(f)
+        assert f.response is not None and f.response.status_code == 413
+        assert "64 MiB" in json.loads(f.response.content or b"")["error"]["message"]
+        (error,) = harness.events("error")
+        assert "POST https://api.openai.com/v1/chat/completions" in error["text"] and "64 MiB" in error["text"]
+        assert harness.events("turn") == harness.events("divergence") == []
 
 
 class TestReplayHookFailure:

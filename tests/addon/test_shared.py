@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from mitmproxy import http
 
 from flowproof.addon.options import AddonConfig, options_by_hand
@@ -58,6 +59,31 @@ class TestDetect:
         )
         assert Shared().detect(flow) is None
         assert flow.response is not None and flow.response.status_code == 426
+
+
+    def _responses_upgrade(self) -> http.HTTPFlow:
+        return model_flow(b"", path="/v1/responses", method="GET", headers=[
+            (b"host", b"api.openai.com"), (b"upgrade", b"websocket"), (b"connection", b"Upgrade"),
+            (b"sec-websocket-key", b"dGhlIHNhbXBsZSBub25jZQ=="), (b"sec-websocket-version", b"13")])
+
+    def test_a_responses_upgrade_is_a_websocket_to_record_by_default(self):
+        """What the agent speaks is recorded: the Responses upgrade gets its frame codec, no answer."""
+        flow = self._responses_upgrade()
+        detected = Shared().detect(flow)
+        assert detected is not None and detected.websocket is not None
+        assert detected.websocket.name == "openai-responses" and detected.codec is None
+        assert flow.response is None
+
+    def test_transport_http_refuses_the_upgrade_from_the_option_or_the_spec(self, tmp_path):
+        spec = tmp_path / "t.flow.yaml"
+        spec.write_text("name: t\nagent:\n  command: a\ntransport: http\nsteps:\n  - prompt: hi\n")
+        for values in ({"flowproof_transport": "http"}, {"flowproof_spec": str(spec)},
+                       {"flowproof_spec": str(spec), "flowproof_transport": "auto"}):
+            flow = self._responses_upgrade()
+            assert Shared(config(**values)).detect(flow) is None, values
+            assert flow.response is not None and flow.response.status_code == 426
+        with pytest.raises(ValueError, match="flowproof_transport: unknown transport `ws` — use one of: auto, http"):
+            config(flowproof_transport="ws")
 
 
 class TestMapUpstream:

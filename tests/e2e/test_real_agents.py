@@ -107,10 +107,10 @@ class Place:
         return cls(home, folder)
 
 
-def run(flowproof: Flowproof, place: Place, spec: Path, *args: str, keys: bool = False) -> Ran:
+def run(flowproof: Flowproof, place: Place, spec: Path, *args: str, keys: bool = False, **env: str) -> Ran:
     """flowproof-run from ``place.project`` with ``place.home`` as HOME (agent and proxy alike)."""
     return flowproof.run(
-        spec.name, *args, cwd=place.project, keys=keys, timeout=RUN_TIMEOUT, HOME=str(place.home)
+        spec.name, *args, cwd=place.project, keys=keys, timeout=RUN_TIMEOUT, HOME=str(place.home), **env
     )
 
 
@@ -562,7 +562,8 @@ CODEX_PROMPT = f"Run echo {TOOL_MARKER} in the shell please."
 CODEX_LOG = "error,codex_core::client=warn"
 
 
-def codex_spec(folder: Path, codex: Path, prompt: str = CODEX_PROMPT) -> Path:
+def codex_spec(folder: Path, codex: Path, prompt: str = CODEX_PROMPT, transport: str | None = None) -> Path:
+    """The codex flow; ``transport="http"`` keeps codex off its WebSocket (426)."""
     command = " ".join([shlex.quote(str(codex)), "exec", "--skip-git-repo-check", "{prompt}"])
     return write_spec(folder / "codex.flow.yaml", "\n".join([
         "name: codex runs echo through its shell tool",
@@ -571,6 +572,7 @@ def codex_spec(folder: Path, codex: Path, prompt: str = CODEX_PROMPT) -> Path:
         "  env:",
         f"    RUST_LOG: {json.dumps(CODEX_LOG)}",
         "  timeout: 180",
+        *([f"transport: {transport}"] if transport else []),
         "volatile:",
         "  - codex",
         "steps:",
@@ -587,26 +589,40 @@ def side_hosts(server: FakeModelServer) -> list[str]:
     return args
 
 
+def codex_script() -> list[Reply]:
+    """A shell call, then the answer. store: false: codex asks for encrypted reasoning, and over
+    HTTP sends it back with the next call."""
+    return [
+        Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}, reasoning="Run the command."),
+        Reply.text(CODEX_REPLY),
+    ]
+
+
+def record_codex(
+    codex: Path, flowproof: Flowproof, place: Place, transport: str | None = None, **env: str
+) -> tuple[Recorded, list[Any]]:
+    """codex recorded once against the fake model; the cassette and what the fake received."""
+    spec = codex_spec(place.project, codex, transport=transport)
+    with FakeModelServer(codex_script()) as server:
+        recorded = run(
+            flowproof, place, spec, "--record", "--upstream", f"api.openai.com={server.url}",
+            *side_hosts(server), keys=True, **env,
+        )
+        assert recorded.code == 0, recorded.output
+        assert server.remaining == 0
+        received = server.model_requests
+    return Recorded(spec, cassette_of(spec).read_bytes()), received
+
+
 @pytest.fixture(scope="module")
 def codex_recording(
     real_agents: dict[str, Path], flowproof: Flowproof, tmp_path_factory: pytest.TempPathFactory
 ) -> Recorded:
-    """codex recorded once against the fake model, with a fresh HOME."""
+    """codex recorded once over HTTP (``transport: http``) against the fake model, with a fresh HOME."""
     place = Place.fresh(tmp_path_factory.mktemp("codex-record"), "work", "project")
-    spec = codex_spec(place.project, real_agents["codex"])
-    server = FakeModelServer([
-        Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}),
-        Reply.text(CODEX_REPLY),
-    ])
-    with server:
-        recorded = run(
-            flowproof, place, spec, "--record", "--upstream", f"api.openai.com={server.url}",
-            *side_hosts(server), keys=True,
-        )
-        assert recorded.code == 0, recorded.output
-        assert [r.path for r in server.model_requests] == ["/v1/responses"] * 2
-        assert server.remaining == 0
-    return Recorded(spec, cassette_of(spec).read_bytes())
+    recording, received = record_codex(real_agents["codex"], flowproof, place, transport="http")
+    assert [(r.method, r.path) for r in received] == [("POST", "/v1/responses")] * 2
+    return recording
 
 
 def websocket_fallback(stderr: str) -> tuple[int, float]:
@@ -627,7 +643,9 @@ def websocket_fallback(stderr: str) -> tuple[int, float]:
     return len(failed), (fallback - failed[0]).total_seconds()
 
 
-class TestCodex:
+class TestCodexOverHttp:
+    """``transport: http``: the upgrade refused with 426, codex speaks HTTP/2 as it did before."""
+
     def test_record_holds_the_tool_run_and_no_per_run_value(self, codex_recording: Recorded) -> None:
         """Two Responses calls over HTTP; the real shell output; ids, metadata and paths are holes."""
         cassette = json.loads(codex_recording.cassette)
@@ -635,6 +653,9 @@ class TestCodex:
         assert [t["request"]["url"] for t in turns] == ["https://api.openai.com/v1/responses"] * 2
         output = [i for i in turns[1]["request"]["body"]["input"] if i.get("type") == "function_call_output"]
         assert len(output) == 1 and output[0]["output"].endswith(f"Output:\n{TOOL_MARKER}\n")
+        # store: false: the encrypted reasoning of the first answer travels back, and replays.
+        [reasoning] = [i for i in turns[1]["request"]["body"]["input"] if i.get("type") == "reasoning"]
+        assert reasoning["encrypted_content"].startswith("gAAAAA")
         assert output[0]["output"].startswith("Chunk ID: «volatile:chunk_id»\nWall time: «volatile:wall_time» seconds")
         text = codex_recording.cassette.decode()
         for hole in ("prompt_cache_key", "client_metadata", "item_id", "create_time", "turn_id", "current_date"):
@@ -681,6 +702,118 @@ class TestCodex:
         assert fingerprint(cassette_of(spec)) == before
 
 
+# --- codex over its WebSocket (the default) -------------------------------------------------
+
+#: The key ``codex exec`` sends as its bearer with the built-in provider (OPENAI_API_KEY is ignored).
+CODEX_KEY = "sk-codex-e2e-fake-model"
+
+
+@pytest.fixture(scope="module")
+def codex_ws_recording(
+    real_agents: dict[str, Path], flowproof: Flowproof, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Recorded, list[Any]]:
+    """codex recorded once with its built-in provider, speaking its WebSocket; and what the
+    fake model received (one exchange per request frame)."""
+    place = Place.fresh(tmp_path_factory.mktemp("codex-ws-record"), "work", "project")
+    return record_codex(real_agents["codex"], flowproof, place, CODEX_API_KEY=CODEX_KEY)
+
+
+class TestCodexOverWebSocket:
+    """codex with its built-in OpenAI provider and no provider block: what users run."""
+
+    def test_record_keeps_the_warm_up_and_the_chained_turns_of_one_connection(
+        self, codex_ws_recording: tuple[Recorded, list[Any]]
+    ) -> None:
+        recording, received = codex_ws_recording
+        # Every model call was a frame on one upgraded connection, none a POST.
+        assert [(r.method, r.path, r.websocket) for r in received] == [("WEBSOCKET", "/v1/responses", 1)] * 3
+        handshake = received[0].headers
+        assert handshake["openai-beta"] == "responses_websockets=2026-02-06"
+        assert handshake["authorization"] == f"Bearer {CODEX_KEY}"
+        frames = [r.json for r in received]
+        assert [f["type"] for f in frames] == ["response.create"] * 3
+        assert frames[0]["generate"] is False and frames[0]["input"] == []
+        assert [f.get("previous_response_id") for f in frames] == [None, "resp_fake_warmup_1", "resp_fake_1"]
+        assert all(f["store"] is False and f["include"] == ["reasoning.encrypted_content"] for f in frames)
+        # The last turn carries only the new input: the tool's output.
+        assert [i["type"] for i in frames[2]["input"]] == ["function_call_output"]
+
+        cassette = json.loads(recording.cassette)
+        assert cassette["format"] == 2
+        turns = cassette["turns"]
+        assert [(t["connection"], t["request"]["method"], t["request"]["url"]) for t in turns] == [
+            (0, "WEBSOCKET", "wss://api.openai.com/v1/responses")] * 3
+        assert cassette["connections"][0]["transcript"] == [{"turn": 0}, {"turn": 1}, {"turn": 2}]
+        assert [json.loads(t["response"]["frames"][-1]["text"])["type"] for t in turns] == ["response.completed"] * 3
+        # The encrypted reasoning is in the recorded answer; the continuation does not resend it.
+        done = json.loads(turns[1]["response"]["frames"][-1]["text"])["response"]
+        assert done["output"][0]["type"] == "reasoning" and done["output"][0]["encrypted_content"]
+        output = turns[2]["request"]["body"]["input"][0]["output"]
+        assert output.startswith("Chunk ID: «volatile:chunk_id»") and output.endswith(f"Output:\n{TOOL_MARKER}\n")
+        text = recording.cassette.decode()
+        for hole in ("prompt_cache_key", "client_metadata", "item_id", "current_date"):
+            assert f"«volatile:{hole}»" in text, hole
+        assert "<cwd>«cwd»</cwd>" in text and str(recording.spec.parent) not in text
+        assert CODEX_KEY not in text and "installation_id" not in text
+
+    def test_replays_offline_twice_with_no_fallback(
+        self, codex_ws_recording: tuple[Recorded, list[Any]], flowproof: Flowproof,
+        fake_servers: list[FakeModelServer], tmp_path: Path,
+    ) -> None:
+        recording, _ = codex_ws_recording
+        side = start(fake_servers)  # codex's side traffic; no model call may reach it
+        for n in range(2):
+            place = Place.fresh(tmp_path / f"replay{n}", "elsewhere", "checkout")
+            spec = copy_flow(recording.spec, place.project)
+            replayed = run(flowproof, place, spec, "--json", *side_hosts(side))
+            assert replayed.code == 0, replayed.output
+            flow = replayed.report()["flows"][0]
+            assert (flow["turns"], flow["tool_calls"], flow["reply"]) == (3, ["exec_command"], CODEX_REPLY)
+            assert "falling back to HTTP" not in flow["agent"]["stderr"]
+            assert cassette_of(spec).read_bytes() == recording.cassette
+        assert side.model_requests == []
+
+    def test_one_edited_word_exits_3_naming_it_and_ends_codex_at_once(
+        self, codex_ws_recording: tuple[Recorded, list[Any]], flowproof: Flowproof,
+        fake_servers: list[FakeModelServer], tmp_path: Path,
+    ) -> None:
+        """The divergence reaches codex as an error event with status 400: its turn ends, no retry."""
+        recording, _ = codex_ws_recording
+        side = start(fake_servers)
+        place = Place.fresh(tmp_path, "project")
+        spec = copy_flow(recording.spec, place.project)
+        spec.write_text(spec.read_text().replace("in the shell please", "in the terminal please"))
+        before = fingerprint(cassette_of(spec))
+        started = datetime.now()
+        replayed = run(flowproof, place, spec, "--json", *side_hosts(side))
+        elapsed = (datetime.now() - started).total_seconds()
+        assert replayed.code == 3, replayed.output
+        flow = replayed.report()["flows"][0]
+        [divergence] = flow["divergences"]
+        assert "shell" in divergence and "terminal" in divergence, divergence
+        assert "flowproof replay diverged" in flow["agent"]["stderr"]
+        assert elapsed < 60, elapsed  # codex's own timeouts and reconnects would take minutes
+        assert fingerprint(cassette_of(spec)) == before
+
+    def test_compare_against_the_same_fake_is_equal(
+        self, codex_ws_recording: tuple[Recorded, list[Any]], flowproof: Flowproof, tmp_path: Path,
+    ) -> None:
+        recording, _ = codex_ws_recording
+        place = Place.fresh(tmp_path, "project")
+        spec = copy_flow(recording.spec, place.project)
+        with FakeModelServer(codex_script()) as server:
+            compared = run(
+                flowproof, place, spec, "--compare", "--json", "--upstream", f"api.openai.com={server.url}",
+                *side_hosts(server), keys=True, CODEX_API_KEY=CODEX_KEY,
+            )
+            assert [r.method for r in server.model_requests] == ["WEBSOCKET"] * 3
+        assert compared.code == 0, compared.output
+        section = compared.report()["flows"][0]["compare"]
+        assert section["equal"] is True and section["drifts"] == 0
+        assert [(r["kind"], r["turn"]) for r in section["results"]] == [("paired", 0), ("paired", 1), ("paired", 2)]
+        assert cassette_of(spec).read_bytes() == recording.cassette
+
+
 # --- a server that ends its bodies late -----------------------------------------------------
 
 #: Seconds between a stream's last event and the end of its body (the fake server's
@@ -715,7 +848,8 @@ class TestBodiesThatEndLate:
         """codex's HTTP/2 reset after response.completed must not fail the record."""
         side = start(fake_servers)
         place = Place.fresh(tmp_path / "record", "project")
-        spec = codex_spec(place.project, real_agents["codex"])
+        # Over HTTP: a WebSocket turn has no body to end late.
+        spec = codex_spec(place.project, real_agents["codex"], transport="http")
         script = [Reply.tool_call("exec_command", {"cmd": f"echo {TOOL_MARKER}"}), Reply.text(CODEX_REPLY)]
         with FakeModelServer(script, end_delay=LATE_END_PAUSE) as server:
             recorded = run(

@@ -206,6 +206,13 @@ class TestTopLevel:
         """strict: true is read."""
         assert load(MINIMAL + "strict: true\n").strict is True
 
+    def test_transport_http_is_read_and_anything_else_refused(self, load, problems):
+        """`transport: http` keeps the agent off WebSockets; the default (absent) records what it speaks."""
+        assert load(MINIMAL).transport is None
+        assert load(MINIMAL + "transport: http\n").transport == "http"
+        [problem] = problems(MINIMAL + "transport: websocket\n")
+        assert "unknown transport `websocket`" in problem and "transport: http" in problem
+
     def test_strict_not_bool(self, problems):
         """strict must be a boolean."""
         assert "`strict` must be true or false, found `maybe`" in problems(

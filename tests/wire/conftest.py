@@ -35,8 +35,12 @@ def view_to_json(view: RequestView | ResponseView) -> dict[str, Any]:
             "raw_finish_reason": view.raw_finish_reason,
             "model": view.model,
             "usage": dataclasses.asdict(view.usage) if view.usage is not None else None,
+            # Only where the API has one (Responses): the other providers' files do not list it.
+            **({"response_id": view.response_id} if view.response_id is not None else {}),
         }
     out = dataclasses.asdict(view)
+    if view.previous_response_id is None:
+        out.pop("previous_response_id")
     out["tools"] = list(view.tools)
     out["roles"] = list(view.roles)
     out["tool_results"] = [dataclasses.asdict(r) for r in view.tool_results]

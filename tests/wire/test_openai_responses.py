@@ -413,3 +413,32 @@ class TestSDKAgreement:
         ]
         assert sdk_calls == [(c.name, c.arguments_raw, c.call_id) for c in ours.tool_calls]
         assert final.output_text == ours.text
+
+
+class TestContinuationIds:
+    """What threads follow: the response a request continues, and the id a response gives."""
+
+    def test_the_request_names_the_response_it_continues(self) -> None:
+        body = {"model": "m", "previous_response_id": "resp_9", "input": [
+            {"type": "function_call_output", "call_id": "c1", "output": "sun"}]}
+        view = CODEC.parse_request(json.dumps(body).encode())
+        assert view.previous_response_id == "resp_9" and view.system == "" and view.roles == ("tool",)
+        assert CODEC.parse_request(b'{"model":"m","input":"hi"}').previous_response_id is None
+
+    def test_a_response_gives_its_id_streamed_or_not(self) -> None:
+        whole = {"id": "resp_7", "object": "response", "status": "completed", "model": "m", "output": []}
+        assert CODEC.parse_response(json.dumps(whole).encode()).response_id == "resp_7"
+        streamed = [_ev("response.created", response={**whole, "status": "in_progress"}),
+                    _ev("response.completed", response=whole)]
+        assert CODEC.parse_events(streamed).response_id == "resp_7"
+        failed = {**whole, "status": "failed", "error": {"code": "server_error", "message": "x"}}
+        assert CODEC.parse_response(json.dumps(failed).encode()).response_id == "resp_7"
+
+    def test_a_continuation_tool_output_is_mocked_through_the_known_call_names(self) -> None:
+        """The call is in the previous response, not the body: its name comes from call_names."""
+        body = json.dumps({"model": "m", "previous_response_id": "resp_1", "input": [
+            {"type": "function_call_output", "call_id": "call_9", "output": "sunny"}]}).encode()
+        assert CODEC.rewrite_tool_results(body, {"get_weather": {"f": "rain"}}) == body
+        rewritten = json.loads(CODEC.rewrite_tool_results(body, {"get_weather": {"f": "rain"}},
+                                                          {"call_9": "get_weather"}))
+        assert rewritten["input"][0]["output"] == '{"f":"rain"}'
