@@ -12,14 +12,11 @@ tests/runner/otlp_receiver.py), at record and at replay.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-from flowproof.testing import Reply
-
 from ..runner.otlp_receiver import OtlpReceiver, ReceivedSpan
-from .conftest import AGENTS, DUMMY_KEYS, Flowproof, upstream_args, write_spec
-from .test_prove import HANDOFF_SPEC, Fake, booking_script, booking_spec
+from .conftest import DUMMY_KEYS, Flowproof, upstream_args
+from .test_prove import Fake, booking_script, booking_spec, handoff_flow
 
 ROOT = "invoke_agent triage hands a billing question to the billing agent"
 
@@ -36,13 +33,7 @@ class TestOtel:
     def test_a_handoff_is_a_tree_of_genai_spans_at_record_and_at_replay(
         self, tmp_path: Path, flowproof: Flowproof, fake_model: Fake
     ) -> None:
-        shutil.copy(AGENTS / "handoff_agent.py", tmp_path / "handoff_agent.py")
-        spec = write_spec(tmp_path / "handoff.flow.yaml", HANDOFF_SPEC)
-        server = fake_model([
-            Reply.tool_call("transfer_to_billing_agent", {}),
-            Reply.tool_call("lookup_invoice", {"id": "INV-1"}),
-            Reply.text("Refunded the duplicate 42.00 charge on INV-1."),
-        ])
+        spec, server = handoff_flow(tmp_path, fake_model)
         runs = []
         with OtlpReceiver() as receiver:
             recorded = flowproof.run(spec, *upstream_args(server), "--record", "--otel", keys=True,
