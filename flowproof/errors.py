@@ -10,6 +10,7 @@ Our exception hierarchy::
       x AgentError                   agent not found, crashed, or timed out (exit 5)
       x ProxyError                   the proxy could not start or died (exit 5)
       x CAError                      the CA directory cannot be created or read
+      x OtelError                    --otel cannot run as configured, or its export failed
       x Interrupted                  flowproof-run got SIGINT/SIGTERM (exit 128 + signal)
     * FlowFailure                    not an error: the verdict that the agent did the wrong thing
 
@@ -125,6 +126,11 @@ class ProxyError(FlowproofError):
 
 class CAError(FlowproofError):
     """The flowproof CA directory cannot be created or read."""
+
+
+class OtelError(FlowproofError):
+    """``--otel`` cannot run as configured (no SDK, another OTLP protocol, a bad TRACEPARENT),
+    or its spans could not be exported (docs/otel.md)."""
 
 
 class Interrupted(FlowproofError):

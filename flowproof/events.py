@@ -124,13 +124,20 @@ class RequestStartedEvent:
 
     NAME: ClassVar[str] = "request_started"
     id: str
+    #: When the request's first byte reached the proxy, in seconds since the epoch (None: an
+    #: older addon wrote none). With a turn's ``ms`` it times the call (docs/otel.md).
+    at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"event": self.NAME, "id": self.id}
+        out: dict[str, Any] = {"event": self.NAME, "id": self.id}
+        if self.at is not None:
+            out["at"] = self.at
+        return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> RequestStartedEvent:
-        return cls(_text(obj, "id"))
+        at = obj.get("at")
+        return cls(_text(obj, "id"), float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,16 +30,18 @@ from typing import Any
 
 import pytest
 
-from flowproof.errors import FlowFailure, FlowproofError
+from flowproof.errors import FlowFailure, FlowproofError, OtelError
 from flowproof.options import Mode, Route, host_settings
 from flowproof.report.text import next_step, render_flow
 from flowproof.runner.collect import FLOW_SUFFIX
 from flowproof.runner.env import CAFiles, default_ca_dir, ensure_ca
 from flowproof.runner.flow import RunOptions, run_flow
+from flowproof.runner.otel import check_otel, export_runs
 from flowproof.runner.proxy import ProxyPool, warm_enabled
 from flowproof.runner.session import ProxySession, session_report
 from flowproof.spec import load_spec
 from flowproof.trajectory import Trajectory
+from flowproof.verdict import FlowResult
 
 __all__ = ["FlowFile", "FlowItem", "FlowproofProxy", "flowproof_proxy"]
 
@@ -53,6 +55,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="How *.flow.yaml items run: replay the cassette strictly (default), record a "
         "new one (kept only if the flow passes), or compare live against it.",
     )
+    group.addoption(
+        "--flowproof-otel",
+        action="store_true",
+        help="Send each *.flow.yaml item's OpenTelemetry GenAI spans to the OTLP/HTTP endpoint of "
+        "OTEL_EXPORTER_OTLP_ENDPOINT, as flowproof-run --otel does (docs/otel.md).",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("flowproof_otel", False):
+        try:
+            check_otel(os.environ)
+        except FlowproofError as e:
+            raise pytest.UsageError(f"--flowproof-otel: {e}") from None
 
 
 #: The proxies of this pytest process (one per xdist worker), closed at unconfigure.
@@ -112,10 +128,14 @@ class FlowItem(pytest.Item):
         pool = proxy_pool(self.config)
         # The same settings flowproof-run takes from the environment (FLOWPROOF_UPSTREAM, …).
         hosts = host_settings(os.environ)
-        options = RunOptions(mode=mode, upstream=hosts.upstream, extra_hosts=hosts.extra_hosts, proxies=pool)
+        otel = bool(self.config.getoption("flowproof_otel"))
+        options = RunOptions(mode=mode, upstream=hosts.upstream, extra_hosts=hosts.extra_hosts, proxies=pool,
+                             otel=otel)
         # Under pytest the flow is recorded again through pytest: the report is told that command.
         result = replace(run_flow(self.path, options), record_command=record_under_pytest(self.nodeid))
         report = render_flow(result) + "\n" + next_step(result)
+        if otel:
+            export_spans(result, report)
         self.user_properties.append(("flowproof_exit_code", result.exit_code))
         # Which warm proxy served the flow (none when it needed one of its own): the proof
         # that a worker starts one proxy for all its flows.
@@ -134,6 +154,15 @@ class FlowItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"flow: {self.name}"
+
+
+def export_spans(result: FlowResult, report: str) -> None:
+    """Send a judged run's GenAI spans (``--flowproof-otel``). As with flowproof-run, an output
+    asked for that could not be written fails the run: `FlowFailure` with ``report``."""
+    try:
+        export_runs([result.spans])
+    except OtelError as e:
+        raise FlowFailure(f"{report}\n--flowproof-otel: {e}", e.exit_code) from None
 
 
 def record_under_pytest(nodeid: str) -> str:

@@ -73,7 +73,10 @@ class RunTurn:
 
     ``recorded`` is the cassette turn served (replay) or the live turn (record,
     compare); ``view`` is its codec view, None when no codec reads it (``problem``
-    says why). ``call`` is the proxy's id of the call.
+    says why). ``call`` is the proxy's id of the call. ``started_at`` is when the request
+    reached the proxy (seconds since the epoch, from its ``request_started``; None when the
+    addon wrote none) and ``ms`` how long until its answer was logged: with both the call
+    has a place on the wall clock (docs/otel.md).
     """
 
     call: str
@@ -82,6 +85,7 @@ class RunTurn:
     replayed: bool
     ms: float | None = None
     problem: FlowproofError | None = field(default=None, compare=False)
+    started_at: float | None = None
 
     @property
     def abandoned(self) -> bool:
@@ -94,7 +98,8 @@ class ReplayMiss:
     """Replay: a model request matched no recorded turn (`flowproof.divergence`).
 
     ``subagent`` names the sub-agent whose recorded turn the request was compared with, and
-    ``spawn_turn`` the turn that spawned it (docs/subagents.md), when it is one's."""
+    ``spawn_turn`` the turn that spawned it (docs/subagents.md), when it is one's;
+    ``started_at`` when the request reached the proxy, as `RunTurn.started_at`."""
 
     call: str
     divergence: Divergence
@@ -103,6 +108,7 @@ class ReplayMiss:
     ms: float | None = None
     subagent: str | None = None
     spawn_turn: int | None = None
+    started_at: float | None = None
 
     def render(self, record_command: str) -> str:
         """The divergence report, ending with the command that records the cassette again
@@ -263,22 +269,23 @@ class _Reader:
         self.leaks: list[SecretLeak] = []
         self.done = False
         self.unconsumed: tuple[int, ...] = ()
-        self.started: dict[str, None] = {}
+        #: Every call that began, with when it reached the proxy (None: not logged).
+        self.started: dict[str, float | None] = {}
         self.ended: set[str] = set()
 
     def take(self, event: Event) -> None:
         if isinstance(event, RequestStartedEvent):
-            self.started[event.id] = None
+            self.started[event.id] = event.at
         elif isinstance(event, TurnEvent):
             self.ended.add(event.id)
-            self.turns.append(_live_turn(event))
+            self.turns.append(_live_turn(event, self.started.get(event.id)))
         elif isinstance(event, ReplayedTurnEvent):
             self.ended.add(event.id)
             self._replayed(event)
         elif isinstance(event, DivergenceEvent):
             self.ended.add(event.id)
             self.misses.append(ReplayMiss(event.id, _divergence(event.divergence), event.provider,
-                                          event.model, event.ms))
+                                          event.model, event.ms, started_at=self.started.get(event.id)))
         elif isinstance(event, McpDivergenceEvent):
             self.misses.append(McpMiss(event.id, event.text))
         elif isinstance(event, ComparedEvent | DriftEvent):
@@ -322,7 +329,8 @@ class _Reader:
         if turn is None:
             view, problem = _view(recorded, self.views, event.index)
             turn = self.cached[event.index] = RunTurn(event.id, recorded, view, True, event.ms, problem)
-        self.turns.append(RunTurn(event.id, recorded, turn.view, True, event.ms, turn.problem))
+        self.turns.append(RunTurn(event.id, recorded, turn.view, True, event.ms, turn.problem,
+                                  started_at=self.started.get(event.id)))
 
     def _compared(self, event: ComparedEvent | DriftEvent) -> None:
         if isinstance(event, DriftEvent) and event.handled:
@@ -376,9 +384,9 @@ class _Reader:
         )
 
 
-def _live_turn(event: TurnEvent) -> RunTurn:
+def _live_turn(event: TurnEvent, started_at: float | None) -> RunTurn:
     view, problem = _view(event.turn, None, 0)
-    return RunTurn(event.id, event.turn, view, False, event.ms, problem)
+    return RunTurn(event.id, event.turn, view, False, event.ms, problem, started_at)
 
 
 def _view(

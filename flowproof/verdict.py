@@ -48,6 +48,7 @@ from flowproof.errors import (
     EXIT_USAGE,
 )
 from flowproof.events import ErrorKind
+from flowproof.genai_spans import SpanRecord
 from flowproof.guard import guard_evidence
 from flowproof.model import ToolCall, Turn
 from flowproof.options import Mode
@@ -426,6 +427,8 @@ class FlowResult:
     #: What the agent did, built once by the judge (None when the flow never ran, or a turn
     #: cannot be read).
     trajectory: Trajectory | None = field(default=None, compare=False, repr=False)
+    #: With ``--otel``: the run's GenAI spans (`flowproof.runner.otel.flow_spans`, docs/otel.md).
+    spans: tuple[SpanRecord, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.record_command:

@@ -40,6 +40,7 @@ EVENTS = [
         "replay",
     ),
     RequestStartedEvent("f1"),
+    RequestStartedEvent("f1", 1767225600.125),
     TurnEvent("f1", "record", TURN),
     TurnEvent("f1", "compare", TURN, 2.5),
     ReplayedTurnEvent("f1", 1, TURN.request.body_sha256),
@@ -116,6 +117,14 @@ class TestLenientReading:
         for junk in ("12", True, None, [1]):
             assert parse_event({**line, "ms": junk}) == TurnEvent("x", "record", TURN)
         assert parse_event({**line, "ms": 4}).ms == 4.0
+
+    def test_an_arrival_time_that_is_not_a_number_is_dropped(self):
+        """``request_started.at`` (docs/otel.md) is written only when known and read leniently."""
+        assert RequestStartedEvent("x").to_json() == {"event": "request_started", "id": "x"}
+        assert RequestStartedEvent("x", 5.5).to_json() == {"event": "request_started", "id": "x", "at": 5.5}
+        for junk in ("12", True, None):
+            assert parse_event({"event": "request_started", "id": "x", "at": junk}) == RequestStartedEvent("x")
+        assert parse_event({"event": "request_started", "id": "x", "at": 7}).at == 7.0
 
     def test_a_broken_turn_is_a_cassette_error(self):
         """A turn event whose turn is not a cassette turn names the event log and the field."""

@@ -50,6 +50,7 @@ PURE_CORE = (
     "flowproof.report.cassette",
     "flowproof.scaffold",
     "flowproof.doctor",
+    "flowproof.genai_spans",
 )
 
 

@@ -126,6 +126,30 @@ class TestRun:
         assert res.ret == pytest.ExitCode.USAGE_ERROR
         assert "record" in res.stderr.str() and "compare" in res.stderr.str()
 
+    def test_otel_option_sends_each_flow_s_spans(
+        self, pytester: pytest.Pytester, flows: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """--flowproof-otel: each flow item's GenAI spans reach the OTLP endpoint, as with
+        flowproof-run --otel."""
+        from .runner.otlp_receiver import OtlpReceiver
+
+        make_good_only(flows)
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)
+        with OtlpReceiver() as receiver:
+            monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+            res = pytester.runpytest("specs", "--flowproof-otel")
+        res.assert_outcomes(passed=1)
+        names = [s.name for s in receiver.spans]
+        assert names.count("chat gpt-4o") == 3 and "invoke_agent Booking assistant books a flight" in names
+
+    def test_otel_option_with_a_protocol_it_does_not_speak_is_a_usage_error(
+        self, pytester: pytest.Pytester, flows: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        res = pytester.runpytest("specs", "--flowproof-otel")
+        assert res.ret == pytest.ExitCode.USAGE_ERROR
+        assert "--flowproof-otel: OTEL_EXPORTER_OTLP_PROTOCOL=grpc" in res.stderr.str()
+
     def test_under_xdist_every_flow_runs_once(self, pytester: pytest.Pytester, flows: Path, tmp_path: Path) -> None:
         """Under pytest -n 2 four flows pass, each run exactly once, each proxy on its own port."""
         make_good_only(flows)

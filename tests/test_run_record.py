@@ -22,6 +22,7 @@ from flowproof.events import (
     ReplayedTurnEvent,
     RequestStartedEvent,
     TlsFailedEvent,
+    TurnEvent,
     parse_events,
 )
 from flowproof.model import FinishReason, ResponseView
@@ -93,6 +94,34 @@ class TestTurns:
         assert not record.readable() and record.turns[0].view is None
         with pytest.raises(WireError, match="choices"):
             record.trajectory()
+
+
+class TestTiming:
+    """A call's place on the wall clock: its arrival (``request_started.at``) and its ``ms``."""
+
+    def test_a_replayed_turn_carries_its_arrival_and_duration(self):
+        events = [RequestStartedEvent("a", 1700000000.25),
+                  ReplayedTurnEvent("a", 1, CASSETTE.turns[1].request.body_sha256, 12.5),
+                  RequestStartedEvent("b"), replayed(0, "b")]
+        first, second = read_run(events, CASSETTE).turns
+        assert (first.started_at, first.ms) == (1700000000.25, 12.5)
+        assert (second.started_at, second.ms) == (None, None)  # an addon that wrote no `at`
+
+    def test_a_turn_served_twice_has_each_arrival_of_its_own(self):
+        sha = CASSETTE.turns[2].request.body_sha256
+        events = [RequestStartedEvent("a", 5.0), ReplayedTurnEvent("a", 2, sha),
+                  RequestStartedEvent("b", 9.0), ReplayedTurnEvent("b", 2, sha)]
+        assert [t.started_at for t in read_run(events, CASSETTE).turns] == [5.0, 9.0]
+
+    def test_a_live_turn_and_a_divergence_carry_their_arrival(self):
+        events = [RequestStartedEvent("f0", 100.0), TurnEvent("f0", "record", CASSETTE.turns[0], 40.0),
+                  RequestStartedEvent("f1", 101.0), TurnEvent("f1", "record", CASSETTE.turns[1]),
+                  RequestStartedEvent("f2", 102.0),
+                  DivergenceEvent("f2", {"kind": "unmatched"}, "openai-chat", "gpt-4o", 3.0)]
+        record = read_run(events, None)
+        assert [(t.started_at, t.ms) for t in record.turns] == [(100.0, 40.0), (101.0, None)]
+        [miss] = record.misses
+        assert isinstance(miss, ReplayMiss) and (miss.started_at, miss.ms) == (102.0, 3.0)
 
 
 class TestMcp:

@@ -178,14 +178,17 @@ class Shared:
         except DecodedTooLargeError as e:
             self.refuse_too_large(flow, codec, e)
             return None
-        prepared = self.prepare_body(flow.id, codec, raw, req.path.split("?", 1)[0], flush=flush)
+        prepared = self.prepare_body(flow.id, codec, raw, req.path.split("?", 1)[0], flush=flush,
+                                     at=req.timestamp_start)
         if prepared.rewrite_error is None and prepared.forwarded != raw:
             req.content = prepared.forwarded
         return prepared
 
-    def prepare_body(self, call_id: str, codec: Codec, raw: bytes, path: str, *, flush: bool = True) -> PreparedRequest:
+    def prepare_body(self, call_id: str, codec: Codec, raw: bytes, path: str, *, flush: bool = True,
+                     at: float | None = None) -> PreparedRequest:
         """`prepare` for a body that is not an HTTP request's (a WebSocket request frame): the
-        hash path, and ``request_started`` for ``call_id``. The caller forwards ``forwarded``."""
+        hash path, and ``request_started`` for ``call_id`` (``at``: when the request arrived, the
+        moment its ``ms`` counts from). The caller forwards ``forwarded``."""
         prepared = prepare_request(
             codec, raw, self.config.tool_results, self.config.normalizer, path, self.call_names
         )
@@ -194,7 +197,7 @@ class Shared:
             log.warning(
                 "tool_results_not_substituted", provider=codec.name, reason=prepared.rewrite_error
             )
-        self.events.write(RequestStartedEvent(call_id), flush=flush)
+        self.events.write(RequestStartedEvent(call_id, at), flush=flush)
         return prepared
 
     def refuse_too_large(self, flow: http.HTTPFlow, codec: Codec, error: DecodedTooLargeError) -> None:
@@ -205,7 +208,7 @@ class Shared:
             f"{error}. It was answered 413 and never forwarded."
         )
         flow.response = http.Response.make(413, codec.error_body(413, f"flowproof: {error}"), JSON_HEADERS)
-        self.events.write(RequestStartedEvent(flow.id), flush=False)
+        self.events.write(RequestStartedEvent(flow.id, req.timestamp_start), flush=False)
         self.events.write(ErrorEvent(text, ErrorKind.REQUEST, id=flow.id))
         log.error("request_body_too_large", flow_id=flow.id, encoding=error.encoding, cap=error.cap)
 

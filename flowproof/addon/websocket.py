@@ -163,7 +163,7 @@ class LiveSockets:
         conn.call_id = f"{flow.id}.{conn.requests}"
         conn.started = time.time()
         codec = codec_by_name(conn.frames.name)
-        prepared = self.shared.prepare_body(conn.call_id, codec, frame.content, _path(conn.url))
+        prepared = self.shared.prepare_body(conn.call_id, codec, frame.content, _path(conn.url), at=conn.started)
         if prepared.rewrite_error is None and prepared.forwarded != frame.content:
             flow.websocket.messages[-1].content = prepared.forwarded  # type: ignore[union-attr]
         conn.current = PendingFrames.start(conn.frames, codec, conn.url, conn.headers, prepared, conn.index)
@@ -283,7 +283,8 @@ class ReplaySockets:
         call_id = f"{flow.id}.{number}"
         started = time.time()
         codec = codec_by_name(frames.name)
-        prepared = shared.prepare_body(call_id, codec, frame.content, flow.request.path.split("?", 1)[0], flush=False)
+        prepared = shared.prepare_body(call_id, codec, frame.content, flow.request.path.split("?", 1)[0], flush=False,
+                                       at=started)
         assert shared.replayer is not None  # configure builds it for replay
         decision = shared.replayer.decide(codec.name, prepared.sha256, lambda: prepared.body, prepared.path_fields)
         ms = round((time.time() - started) * 1000, 1)

@@ -24,7 +24,7 @@ import click
 from flowproof import __version__
 from flowproof.cassette import load_cassette
 from flowproof.cassette_check import check_cassette, error_turns
-from flowproof.errors import EXIT_ASSERTION, EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, SpecError
+from flowproof.errors import EXIT_ASSERTION, EXIT_OK, EXIT_USAGE, FlowproofError, Interrupted, OtelError, SpecError
 from flowproof.heal import diff_cassettes
 from flowproof.log import configure as configure_logging
 from flowproof.options import Mode, Route, base_url_ports, host_settings
@@ -38,6 +38,7 @@ from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_li
 from flowproof.runner.flags import check_cassette_flag, check_one_writer, check_proxy_port, one_mode
 from flowproof.runner.flow import STAGED, Cancel, RunOptions, run_flow
 from flowproof.runner.init import write_first_spec
+from flowproof.runner.otel import check_otel, export_runs
 from flowproof.runner.progress import Progress, status_line_enabled
 from flowproof.runner.proxy import ProxyPool, warm_enabled
 from flowproof.spec import load_spec, unresolved_problems
@@ -259,6 +260,18 @@ _RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path
     help="Fail a flow whose tools: or mcp: mocks did not all fire (spec key: strict_mocks: true).",
 )
 @click.option(
+    "--otel",
+    is_flag=True,
+    help="Send each run's OpenTelemetry GenAI spans (agents, model calls, tool calls) to the OTLP/HTTP "
+    "endpoint of OTEL_EXPORTER_OTLP_ENDPOINT (docs/otel.md).",
+)
+@click.option(
+    "--otel-content",
+    is_flag=True,
+    help="With --otel: the spans also carry the tool calls' arguments and results, the environment's "
+    "credentials masked.",
+)
+@click.option(
     "-v",
     "--verbose",
     count=True,
@@ -287,6 +300,8 @@ def run_command(
     transport: str | None,
     allow_error_turns: bool,
     strict_mocks: bool,
+    otel: bool,
+    otel_content: bool,
     verbose: int,
     quiet: bool,
     log_json: bool,
@@ -311,6 +326,10 @@ def run_command(
     check_proxy_port(proxy_port)
     if cassette is not None:
         check_cassette_flag(str(cassette))
+    if otel_content and not otel:
+        raise FlowproofError("--otel-content says what the --otel spans carry, so it needs --otel")
+    if otel:
+        check_otel(os.environ)
     modes = _modes_of(selected, mode, cassette)
     recorded = [p for p in selected if modes[p] == Mode.RECORD]
     if len(recorded) > 1:
@@ -332,6 +351,8 @@ def run_command(
         allow_error_turns=allow_error_turns,
         progress=progress,
         strict_mocks=strict_mocks,
+        otel=otel,
+        otel_content=otel_content,
     )
     results = []
     if selected:
@@ -379,6 +400,12 @@ def run_command(
                 "choose a writable --html path",
                 err=True,
             )
+            code = max(code, EXIT_USAGE)
+    if otel:
+        try:
+            export_runs([r.spans for r in results])
+        except OtelError as e:
+            click.echo(f"{_program()}: {e}", err=True)
             code = max(code, EXIT_USAGE)
     if code != EXIT_OK:
         sys.exit(code)

@@ -54,6 +54,7 @@ from flowproof.runner.mcp import (
     reverse_listeners,
 )
 from flowproof.runner.mcp_stdio import check_agent, write_standins
+from flowproof.runner.otel import flow_spans
 from flowproof.runner.progress import Progress
 from flowproof.runner.proxy import FlowProxy, ProxyPool, free_port, scratch_prefix, start_proxy
 from flowproof.runner.recording import Staging
@@ -119,6 +120,10 @@ class RunOptions:
     progress: Progress | None = None
     #: A tools:/mcp: mock that never fired fails the flow (also `strict_mocks: true` in a spec).
     strict_mocks: bool = False
+    #: Build the run's GenAI spans (`FlowResult.spans`, docs/otel.md); with ``otel_content``
+    #: they carry the tool calls' arguments and results, the credentials of the environment masked.
+    otel: bool = False
+    otel_content: bool = False
 
 
 def run_flow(spec_path: Path | str, options: RunOptions) -> FlowResult:
@@ -250,6 +255,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 placeholders = proxy_options.dials_lazily
                 standins = write_standins(spec, Path(scratch) / "mcp", proxy.url, mode)
                 agent_environ = {**environ, **agent_variables(listeners), **standins}
+                agent_started = time.time()
                 run = _drive(
                     proxy, spec.agent, prompts, agent_environ, ca, placeholders,
                     proxy_options.model_hosts, timeout,
@@ -260,13 +266,14 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
                 )
             finally:
                 proxy.stop()
+            agent_ended = time.time()
             raw_events = proxy.events()
             if watch is not None:
                 watch.feed(raw_events)  # what arrived after the agent's last poll
             events = parse_events(raw_events)
         if cancel is not None and cancel.is_set():
             raise Interrupted(cancel.signum)
-        return judge_flow(
+        result = judge_flow(
             events,
             run,
             spec_path=spec_path,
@@ -286,6 +293,11 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             startup=proxy.startup_seconds,
             before_keep=(lambda: _interrupted(cancel)) if cancel is not None else None,
         )
+        if options.otel:
+            spans = flow_spans(result, started_at=agent_started, ended_at=agent_ended, environ=environ,
+                               mocked=spec.tool_results.keys(), content=options.otel_content)
+            result = _with(result, spans=spans)
+        return result
     finally:
         # A verdict keeps or rejects the staging file; on any other way out (an agent
         # that could not start, an error, Ctrl-C) nothing may be left behind.

@@ -15,7 +15,9 @@ to know a provider reads it from here, never from a list of its own:
   ``message_roots``, ``tool_roots``, ``model_roots``, ``content_keys``);
 - the cassette header allow-list (``allowed_headers``);
 - the prompt-cache order the cache-prefix rule compares requests in
-  (``cache_order``, ``cache_ignored_keys``; `flowproof.wire.prefix`).
+  (``cache_order``, ``cache_ignored_keys``; `flowproof.wire.prefix`);
+- the names OpenTelemetry's GenAI conventions give the provider and its operation
+  (``genai_provider``, ``genai_operation``; `flowproof.genai_spans`).
 
 Pure data: no I/O, no imports beyond the standard library. The fake model
 server in ``flowproof.testing`` deliberately keeps its own copy of these facts,
@@ -41,6 +43,7 @@ __all__ = [
     "base_url_path",
     "base_url_vars",
     "conversation_vocabulary",
+    "genai_provider",
     "model_host_suffixes",
     "model_hosts",
     "provider",
@@ -121,6 +124,14 @@ class Provider:
     #: Keys inside those roots that are not part of the cached prefix (Anthropic's
     #: ``cache_control`` markers: Claude Code moves them to the newest message every turn).
     cache_ignored_keys: tuple[str, ...] = ()
+    #: ``gen_ai.provider.name`` of the GenAI semantic conventions (docs/otel.md): the API's
+    #: owner, also for the gateways that speak it (``server.address`` names the host).
+    genai_provider: str = "_OTHER"
+    #: ``gen_ai.operation.name`` of a call: ``chat``, or ``generate_content`` for Gemini.
+    genai_operation: str = "chat"
+    #: Hosts (matched by suffix, as ``host_suffixes``) whose calls the conventions give a
+    #: provider name of their own: a gateway speaking this API, a cloud's deployment of it.
+    genai_hosts: tuple[tuple[str, str], ...] = ()
 
 
 # The OpenAI family: Chat Completions and Responses share hosts, base URL and keys.
@@ -169,6 +180,14 @@ PROVIDERS: tuple[Provider, ...] = (
         # OpenAI caches the longest prefix of the prompt: tools, then the messages (the system
         # and developer messages are the first of them).
         cache_order=("tools", "messages"),
+        genai_provider="openai",
+        genai_hosts=(
+            (_AZURE_OPENAI, "azure.ai.openai"),
+            ("api.groq.com", "groq"),
+            ("api.mistral.ai", "mistral_ai"),
+            ("api.deepseek.com", "deepseek"),
+            ("api.x.ai", "x_ai"),
+        ),
     ),
     Provider(
         name="openai-responses",
@@ -195,6 +214,8 @@ PROVIDERS: tuple[Provider, ...] = (
         ),
         allowed_headers=_OPENAI_HEADERS,
         cache_order=("tools", "instructions", "input"),
+        genai_provider="openai",
+        genai_hosts=((_AZURE_OPENAI, "azure.ai.openai"),),
     ),
     Provider(
         name="anthropic",
@@ -225,6 +246,7 @@ PROVIDERS: tuple[Provider, ...] = (
         # Anthropic's prompt caching documents the prefix order: tools, system, then messages.
         cache_order=("tools", "system", "messages"),
         cache_ignored_keys=("cache_control",),
+        genai_provider="anthropic",
     ),
     Provider(
         name="gemini",
@@ -261,6 +283,10 @@ PROVIDERS: tuple[Provider, ...] = (
         # Gemini documents only that a cached context is the prompt's beginning; flowproof reads
         # its parts in the order the other providers cache them.
         cache_order=("tools", "systemInstruction", "system_instruction", "contents"),
+        # The conventions name the AI Studio API gcp.gemini and its operation generate_content.
+        genai_provider="gcp.gemini",
+        genai_operation="generate_content",
+        genai_hosts=(("aiplatform.googleapis.com", "gcp.vertex_ai"),),
     ),
 )
 
@@ -270,6 +296,23 @@ _BY_NAME = {p.name: p for p in PROVIDERS}
 def provider(name: str) -> Provider:
     """The row for codec ``name``; KeyError for a name that is not in the table."""
     return _BY_NAME[name]
+
+
+def genai_provider(name: str, host: str | None = None) -> str:
+    """``gen_ai.provider.name`` of a call of codec ``name`` to ``host`` (None: the API's owner).
+
+    >>> genai_provider("openai-chat", "api.groq.com"), genai_provider("gemini")
+    ('groq', 'gcp.gemini')
+    >>> genai_provider("gemini", "us-central1-aiplatform.googleapis.com")
+    'gcp.vertex_ai'
+    """
+    row = _BY_NAME[name]
+    if host:
+        host = host.lower()
+        for pattern, named in row.genai_hosts:
+            if host == pattern.lstrip(".") or host.endswith(pattern):
+                return named
+    return row.genai_provider
 
 
 def _unique(items: tuple[str, ...] | list[str]) -> tuple[str, ...]:

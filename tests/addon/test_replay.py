@@ -194,6 +194,16 @@ class TestReplayEdges:
         assert [json.loads(x)["event"] for x in lines][-2:] == ["request_started", "turn"]
         assert len(lines[-1]) < 300
 
+    def test_request_started_names_when_the_request_arrived(self, harness: Harness):
+        """``at`` is the request's arrival on the wall clock, the moment the turn's ``ms`` counts
+        from: with it a model call has a start and an end (docs/otel.md)."""
+        path = write_cassette(harness.tmp / "c.json", chat_turn(0, chat_body(), "Booked."))
+        harness.configure(flowproof_mode="replay", flowproof_cassette=str(path))
+        flow = model_flow(chat_body())
+        harness.addon.request(flow)
+        (started,) = harness.events("request_started")
+        assert started["at"] == flow.request.timestamp_start and started["id"] == flow.id
+
     def test_gzip_request_matches_a_plain_recording(self, harness: Harness):
         """A gzip-encoded request matches the turn recorded from the same body sent plain."""
         path = write_cassette(harness.tmp / "c.json", chat_turn(0, chat_body(), "hi"))

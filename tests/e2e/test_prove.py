@@ -264,17 +264,23 @@ steps:
 """
 
 
+def handoff_flow(folder: Path, fake_model: Fake) -> tuple[Path, FakeModelServer]:
+    """The handoff agent and its spec in ``folder``, and the fake model that answers it."""
+    shutil.copy(AGENTS / "handoff_agent.py", folder / "handoff_agent.py")
+    spec = write_spec(folder / "handoff.flow.yaml", HANDOFF_SPEC)
+    server = fake_model([
+        Reply.tool_call("transfer_to_billing_agent", {}),
+        Reply.tool_call("lookup_invoice", {"id": "INV-1"}),
+        Reply.text("Refunded the duplicate 42.00 charge on INV-1."),
+    ])
+    return spec, server
+
+
 class TestHandoff:
     def test_a_handoff_is_a_sub_agent_at_record_and_at_replay(
         self, tmp_path: Path, flowproof: Flowproof, fake_model: Fake
     ) -> None:
-        shutil.copy(AGENTS / "handoff_agent.py", tmp_path / "handoff_agent.py")
-        spec = write_spec(tmp_path / "handoff.flow.yaml", HANDOFF_SPEC)
-        server = fake_model([
-            Reply.tool_call("transfer_to_billing_agent", {}),
-            Reply.tool_call("lookup_invoice", {"id": "INV-1"}),
-            Reply.text("Refunded the duplicate 42.00 charge on INV-1."),
-        ])
+        spec, server = handoff_flow(tmp_path, fake_model)
         recorded = flowproof.run(spec, *upstream_args(server), "--record", "--json", keys=True)
         assert recorded.code == 0, recorded.output
         for ran in (recorded, flowproof.run(spec, "--json")):

@@ -189,6 +189,86 @@ class TestModes:
         assert [f["mode"] for f in json.loads(res.output)["flows"]] == ["replay"]
 
 
+def with_result_of(turn: dict, call_id: str, content: str) -> dict:
+    """``turn`` whose request carries the result of the earlier call ``call_id`` (as the agent
+    sends it back), so the tool span ends there."""
+    turn = json.loads(json.dumps(turn))
+    messages = turn["request"]["body"]["messages"]
+    messages.append({"role": "assistant", "content": None, "tool_calls": [
+        {"id": call_id, "type": "function", "function": {"name": "search_flights", "arguments": "{}"}}]})
+    messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+    return turn
+
+
+@pytest.fixture
+def otel_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SDK_DISABLED",
+                 "OTEL_SERVICE_NAME", "TRACEPARENT"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+class TestOtel:
+    def test_a_replay_sends_its_spans_timed_by_the_proxy(self, tmp_path: Path, fake_env, otel_env) -> None:
+        """--otel: the flow's agent, chat and tool spans reach the collector, each chat span at
+        the time the proxy logged, the mocked search marked as the spec's result."""
+        from .otlp_receiver import OtlpReceiver
+
+        spec = write_spec(tmp_path)
+        turns = [BOOKING_TURNS[0], with_result_of(BOOKING_TURNS[1], "call_0", '{"flights": []}'), BOOKING_TURNS[2]]
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(turns))
+        events = turn_events(turns)
+        for number, event in enumerate(e for e in events if e["event"] == "request_started"):
+            event["at"] = 1767225600.0 + number
+        for event in events:
+            if event["event"] == "turn":
+                event["ms"] = 250.0
+        fake_env(events=events)
+        with OtlpReceiver() as receiver:
+            otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+            res = invoke(run_command, [spec, "--otel"])
+        assert res.exit_code == 0, res.output
+        names = sorted(s.name for s in receiver.spans)
+        assert names == ["chat gpt-4o"] * 3 + ["execute_tool create_booking", "execute_tool search_flights",
+                                              "invoke_agent Booking assistant books a flight"]
+        chats = sorted((s for s in receiver.spans if s.name.startswith("chat")), key=lambda s: s.start_ns)
+        assert [(s.start_ns, s.end_ns - s.start_ns) for s in chats] == [
+            (1767225600_000_000_000 + n * 1_000_000_000, 250_000_000) for n in range(3)]
+        tools = {s.attributes["gen_ai.tool.name"]: s.attributes["flowproof.tool.result"]
+                 for s in receiver.spans if s.name.startswith("execute_tool")}
+        assert tools == {"search_flights": "mocked", "create_booking": "none"}
+        assert len({s.trace_id for s in receiver.spans}) == 1
+        assert not any("KQ311" in str(v) or "NBO" in str(v) for s in receiver.spans for v in s.attributes.values())
+
+    def test_a_collector_that_refuses_fails_the_run_after_its_flows(self, tmp_path: Path, fake_env, otel_env) -> None:
+        from .otlp_receiver import OtlpReceiver
+
+        spec = write_spec(tmp_path)
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        with OtlpReceiver(status=400) as receiver:
+            otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+            res = invoke(run_command, [spec, "--otel"])
+        assert res.exit_code == 2
+        assert "1 of 1 flow(s) passed" in res.output
+        assert f"flowproof-run: could not export 6 span(s) to {receiver.endpoint}/v1/traces" in res.output
+
+    def test_a_protocol_it_does_not_speak_stops_the_run_before_any_flow(
+        self, tmp_path: Path, fake_env, otel_env
+    ) -> None:
+        spec = write_spec(tmp_path)
+        otel_env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        res = invoke(run_command, [spec, "--otel"])
+        assert res.exit_code == 2
+        assert "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: --otel exports over OTLP/HTTP" in res.output
+        assert "flow(s) passed" not in res.output and "cassette" not in res.output
+
+    def test_otel_content_needs_otel(self, tmp_path: Path, fake_env) -> None:
+        res = invoke(run_command, [write_spec(tmp_path), "--otel-content"])
+        assert res.exit_code == 2
+        assert "--otel-content says what the --otel spans carry, so it needs --otel" in res.output
+
+
 class TestProgramName:
     def test_flowproof_run_is_flowproof_dash_run(self, tmp_path: Path, fake_env) -> None:
         """`flowproof run SPEC` runs the flow exactly as `flowproof-run SPEC` does."""

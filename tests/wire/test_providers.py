@@ -19,6 +19,7 @@ from flowproof.wire.providers import (
     base_url_path,
     base_url_vars,
     conversation_vocabulary,
+    genai_provider,
     model_host_suffixes,
     model_hosts,
     provider,
@@ -34,6 +35,7 @@ MAY_BE_EMPTY = {
     "model_roots": "gemini names the model in the URL path",
     "base_url_aliases": "only the Vercel AI SDK's anthropic path differs from the API's own",
     "cache_ignored_keys": "only Anthropic marks cache breakpoints inside the cached prefix",
+    "genai_hosts": "Anthropic's API is served under its own provider name only",
 }
 
 
@@ -50,7 +52,7 @@ class TestEveryCodecDeclaresEveryField:
         """Every field holds strings (no duplicates), and only the documented ones may be empty."""
         for field in dataclasses.fields(Provider):
             value = getattr(row, field.name)
-            if field.name in ("name", "base_url_host", "family", "sdk_key_var"):
+            if field.name in ("name", "base_url_host", "family", "sdk_key_var", "genai_provider", "genai_operation"):
                 assert isinstance(value, str) and value, field.name
                 continue
             assert isinstance(value, tuple), field.name
@@ -74,7 +76,34 @@ class TestEveryCodecDeclaresEveryField:
             ("openai-chat", "cache_ignored_keys"),
             ("openai-responses", "cache_ignored_keys"),
             ("gemini", "cache_ignored_keys"),
+            ("anthropic", "genai_hosts"),
         }
+
+    def test_the_genai_names_are_the_conventions_well_known_values(self) -> None:
+        """gen_ai.provider.name and gen_ai.operation.name take the values the GenAI semantic
+        conventions list (docs/otel.md), checked against the installed conventions package."""
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the registry marks the GenAI enums as moved
+            from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+                GenAiOperationNameValues,
+                GenAiProviderNameValues,
+            )
+        providers = {v.value for v in GenAiProviderNameValues}
+        operations = {v.value for v in GenAiOperationNameValues}
+        for row in PROVIDERS:
+            assert row.genai_provider in providers and row.genai_operation in operations, row.name
+            assert {named for _host, named in row.genai_hosts} <= providers, row.name
+            assert all(any(host.endswith(h.lstrip(".")) for h in (*row.hosts, *row.host_suffixes))
+                       for host, _ in row.genai_hosts), f"{row.name} names a host it does not serve"
+
+    def test_a_call_is_named_by_its_host_first(self) -> None:
+        assert genai_provider("openai-chat") == "openai"
+        assert genai_provider("openai-chat", "API.Mistral.ai") == "mistral_ai"
+        assert genai_provider("openai-responses", "me.openai.azure.com") == "azure.ai.openai"
+        assert genai_provider("openai-chat", "openrouter.ai") == "openai"  # no name of its own
+        assert genai_provider("anthropic", "api.anthropic.com") == "anthropic"
 
     @pytest.mark.parametrize("row", PROVIDERS, ids=lambda p: p.name)
     def test_the_cache_order_is_made_of_the_rows_own_roots(self, row: Provider) -> None:
