@@ -58,8 +58,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--flowproof-otel",
         action="store_true",
-        help="Send each *.flow.yaml item's OpenTelemetry GenAI spans to the OTLP/HTTP endpoint of "
-        "OTEL_EXPORTER_OTLP_ENDPOINT, as flowproof-run --otel does (docs/otel.md).",
+        help="Send the OpenTelemetry GenAI spans of each *.flow.yaml item and each flowproof_proxy "
+        "session to the OTLP/HTTP endpoint of OTEL_EXPORTER_OTLP_ENDPOINT, as flowproof-run --otel "
+        "does (docs/otel.md).",
     )
 
 
@@ -235,6 +236,7 @@ class FlowproofProxy:
             rerecord=record_under_pytest(self._item.nodeid),
             allow_error_turns=allow_error_turns,
             pool=proxy_pool(self._item.config),
+            otel=bool(self._item.config.getoption("flowproof_otel")),
         )
         session.start()
         self._sessions.append(session)
@@ -260,6 +262,8 @@ class FlowproofProxy:
     def _judge(self, session: ProxySession, exc: BaseException | None) -> None:
         result = session.close(failed=exc is not None)
         report = session_report(session, result, exc)
+        if session.otel and not isinstance(exc, _NOT_REPLACED):
+            export_spans(result, report)
         if not result.passed and not isinstance(exc, _NOT_REPLACED):
             raise FlowFailure(report, result.exit_code) from None
         # A pass (or a test failure of its own) has something to read too: `pytest -rP`.

@@ -240,3 +240,50 @@ class TestRecordThenReplay:
         res = pytester.runpytest("-n", "2", "-v")
         res.assert_outcomes(passed=2)
         assert "[gw0]" in res.stdout.str() and "[gw1]" in res.stdout.str()
+
+
+class TestOtel:
+    """--flowproof-otel reaches the fixture's sessions: their spans are built as a flow's are,
+    from the run record and the trajectory the one judge read (`runner.otel.flow_spans`)."""
+
+    def spans_of(self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str):  # type: ignore[no-untyped-def]
+        from .runner.otlp_receiver import OtlpReceiver
+
+        for name in ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED",
+                     "OTEL_SERVICE_NAME", "TRACEPARENT"):
+            monkeypatch.delenv(name, raising=False)
+        with OtlpReceiver() as receiver:
+            monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+            res = pytester.runpytest("--flowproof-otel", *args)
+        return res, {s.name: s for s in receiver.spans}, receiver.spans
+
+    def test_a_replayed_session_sends_its_agent_chat_and_tool_spans(
+        self, pytester: pytest.Pytester, agent_tests: Path, recorded: tuple[Path, int],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        copy_cassette(recorded, agent_tests)
+        res, named, spans = self.spans_of(pytester, monkeypatch)
+        res.assert_outcomes(passed=1)
+        root = named["invoke_agent test_agent.py::test_books"]
+        assert root.attributes["flowproof.mode"] == "replay" and root.status == "unset"
+        chats = sorted((s for s in spans if s.name == "chat gpt-4o"), key=lambda s: s.start_ns)
+        assert [c.attributes["flowproof.turn"] for c in chats] == [0, 1]
+        assert all(root.start_ns <= c.start_ns <= c.end_ns <= root.end_ns for c in chats)
+        booking = named["execute_tool create_booking"]
+        # The agent's own result (no spec mocks it), carried by the second call's request.
+        assert booking.attributes["flowproof.tool.result"] == "real"
+        assert (booking.start_ns, booking.end_ns) == (chats[0].end_ns, chats[1].start_ns)
+        assert chats[0].attributes["server.address"] == "api.openai.com"
+
+    def test_a_diverged_session_is_an_error_span_and_a_failed_root(
+        self, pytester: pytest.Pytester, agent_tests: Path, recorded: tuple[Path, int],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        copy_cassette(recorded, agent_tests)
+        monkeypatch.setenv("FP_PROMPT", "Book KQ999")
+        res, named, spans = self.spans_of(pytester, monkeypatch)
+        res.assert_outcomes(failed=1)
+        root = named["invoke_agent test_agent.py::test_books"]
+        assert (root.status, root.attributes["error.type"]) == ("error", "exit_3")
+        (diverged,) = [s for s in spans if s.attributes.get("error.type") == "replay_divergence"]
+        assert diverged.parent_span_id == root.span_id and diverged.attributes["gen_ai.request.model"] == "gpt-4o"

@@ -1,8 +1,9 @@
 """``--otel``: the run's GenAI span records (`flowproof.genai_spans`) sent over OTLP/HTTP.
 
-The edge of the span path. `flow_spans` builds a judged flow's records
-(flowproof-run, a pytest flow item) from the `FlowResult` the one judge made: its
-run record and its trajectory. `export_runs` turns them into OpenTelemetry SDK spans (their own
+The edge of the span path. `flow_spans` builds a judged flow's records, the same
+way for every way in (flowproof-run, a pytest flow item, a ``flowproof_proxy``
+session): from the `FlowResult` the one judge made, its run record and its
+trajectory. `export_runs` turns them into OpenTelemetry SDK spans (their own
 start and end times, parents by key, each flow one trace) and exports them in
 one batch, so a failed export is known and reported instead of logged and lost. Everything
 about where they go is the standard OpenTelemetry environment, read by the SDK

@@ -15,7 +15,8 @@ replay divergence, missing calls, compare drift or a proxy error fail it, and
 a recording is kept only when the session passed and the caller's test did
 not fail (``failed=True``); otherwise the old cassette stays byte-identical.
 The pytest fixture (`flowproof.pytest_plugin`) is the usual way in; see
-docs/pytest.md.
+docs/pytest.md. With ``otel=True`` the judged result carries the session's GenAI
+spans (`FlowResult.spans`, built as a flow's are: `runner.otel.flow_spans`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -46,6 +47,7 @@ from flowproof.run_record import read_run
 from flowproof.runner.env import CAFiles, agent_env, default_ca_dir, ensure_ca
 from flowproof.runner.judge import judge_flow
 from flowproof.runner.lock import cassette_lock
+from flowproof.runner.otel import flow_spans
 from flowproof.runner.proxy import FlowProxy, ProxyPool, scratch_prefix, start_proxy
 from flowproof.runner.recording import Staging
 from flowproof.trajectory import Trajectory
@@ -82,8 +84,10 @@ class ProxySession:
     gateway hosts, each on top of ``FLOWPROOF_UPSTREAM`` and ``FLOWPROOF_EXTRA_HOSTS``, read
     as flowproof-run reads them (`flowproof.options.host_settings`). ``rerecord`` is the
     command a report tells the user to run to record again. ``pool`` serves the session on
-    a shared proxy (the pytest plugin's); without one it gets a proxy of its own. Use as a
-    context manager, or call `start` and `close` yourself.
+    a shared proxy (the pytest plugin's); without one it gets a proxy of its own. ``otel``
+    builds the session's GenAI spans when it is judged (`FlowResult.spans`; docs/otel.md),
+    from the start of the session to its close. Use as a context manager, or call `start`
+    and `close` yourself.
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class ProxySession:
         allow_error_turns: bool = False,
         proxy_timeout: float = 20.0,
         pool: ProxyPool | None = None,
+        otel: bool = False,
     ) -> None:
         try:
             self.mode = choose(Mode, mode, "mode")
@@ -116,6 +121,7 @@ class ProxySession:
         self._ca = ca
         self._proxy_timeout = proxy_timeout
         self._pool = pool
+        self.otel = otel
         self._proxy: FlowProxy | None = None
         self._existing: Cassette | None = None
         #: The views of the cassette's turns, built by its check (a replayed turn is logged by position).
@@ -125,6 +131,8 @@ class ProxySession:
         self._events: list[Event] | None = None
         self._result: FlowResult | None = None
         self._started = 0.0
+        #: When the agent could first reach the proxy (the wall clock spans are placed on).
+        self._started_at = 0.0
 
     # --- life cycle -----------------------------------------------------------------------
 
@@ -174,6 +182,7 @@ class ProxySession:
             model_hosts=options.model_hosts,
         )
         self._apply_env(env)
+        self._started_at = time.time()
         return self
 
     def close(self, *, failed: bool = False) -> FlowResult:
@@ -189,8 +198,14 @@ class ProxySession:
         try:
             self._restore_env()
             proxy.stop()
+            ended_at = time.time()
             self._events = parse_events(proxy.events())
-            self._result = self._judge(self._events, proxy.startup_seconds, failed)
+            result = self._judge(self._events, proxy.startup_seconds, failed)
+            if self.otel:
+                # No spec: nothing is mocked, and the spans never carry content.
+                spans = flow_spans(result, started_at=self._started_at, ended_at=ended_at, environ=os.environ)
+                result = replace(result, spans=spans)
+            self._result = result
         finally:
             self._release()
         return self._result

@@ -249,3 +249,35 @@ def test_the_trajectory_holds_the_mcp_calls_as_a_flow_runs(
     assert open_calls == ["search_flights", "create_booking", "lookup_order"]
     assert [c.name for c in session.trajectory().tool_calls] == open_calls
     assert result.passed and result.tool_calls == ("search_flights", "create_booking", "lookup_order (mcp)")
+
+
+def test_with_otel_the_judged_session_carries_its_spans(
+    tmp_path: Path, ca_files: CAFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``otel=True``: the verdict carries the session's GenAI spans, timed by the proxy's log
+    (each call's ``request_started.at`` and its turn's ``ms``), as a flow's are."""
+    cassette = tmp_path / "c.json"
+    cassette.write_text(cassette_text(BOOKING_TURNS))
+    events = turn_events(BOOKING_TURNS)
+    started = [e for e in events if e["event"] == "request_started"]
+    now = time.time()
+    for number, event in enumerate(started):
+        event["at"] = now + number
+    for event in events:
+        if event["event"] == "turn":
+            event["ms"] = 250.0
+    script(tmp_path, monkeypatch, events=events)
+    for otel in (True, False):
+        session = ProxySession(cassette, ca=ca_files, name="t.py::x", otel=otel).start()
+        scripted_events_written(session, len(events))
+        result = session.close()
+        assert result.passed, result.error
+        if not otel:
+            assert result.spans == ()
+            continue
+        spans = {s.key: s for s in result.spans}
+        assert spans["agent"].name == "invoke_agent t.py::x" and spans["agent"].attributes["flowproof.mode"] == "replay"
+        chats = [spans[f"chat/{i}"] for i in range(3)]
+        assert [(c.start, c.end - c.start) for c in chats] == [
+            (round((now + i) * 1e9), 250_000_000) for i in range(3)]
+        assert all(spans["agent"].start <= c.start and c.end <= spans["agent"].end for c in chats)
