@@ -20,11 +20,13 @@ True
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,7 @@ __all__ = [
     "Cassette",
     "LooseFrame",
     "RecordedConnection",
+    "RecordedEvents",
     "RecordedRequest",
     "RecordedResponse",
     "RecordedTurn",
@@ -68,8 +71,8 @@ CASSETTE_FORMAT = 2
 WEBSOCKET_FORMAT = 2
 #: The method a WebSocket turn's request is stored with: the frame is not an HTTP request.
 WEBSOCKET_METHOD = "WEBSOCKET"
-#: A cassette over this size is refused unread: the reader holds it whole in memory, several
-#: times over while it parses (10,000 turns are about 40 MB; docs/performance.md).
+#: A cassette over this size is refused unread: the reader holds it whole in memory, twice
+#: over while it parses (10,000 turns are about 40 MB; docs/performance.md).
 MAX_CASSETTE_BYTES = 512 * 1024 * 1024
 
 _ROUTES: tuple[str, ...] = tuple(r.value for r in Route)
@@ -97,18 +100,94 @@ class RecordedRequest:
     body: Any
 
 
+class RecordedEvents(Sequence[SSEEvent]):
+    """A loaded stream's events, kept as the cassette's own event objects until one is read.
+
+    A 10,000-turn cassette holds hundreds of thousands of events, and replay reads the
+    stream of only the turns it serves (as bytes, `encode`), a view only the turns it shows;
+    building an `SSEEvent` (and its canonical ``raw``) for every event at load was most of
+    the load's time (docs/performance.md). The objects were checked by the reader; each is
+    built once, on the first read of any, and equals the tuple of the same events.
+    """
+
+    __slots__ = ("_docs", "_built")
+
+    def __init__(self, docs: tuple[dict[str, Any], ...]) -> None:
+        self._docs = docs
+        self._built: tuple[SSEEvent, ...] | None = None
+
+    def _events(self) -> tuple[SSEEvent, ...]:
+        built = self._built
+        if built is None:
+            built = self._built = tuple(_event_of(d) for d in self._docs)
+        return built
+
+    def encode(self) -> bytes:
+        """The stream's bytes (`encode_events`), without building the events."""
+        if self._built is not None:
+            return encode_events(self._built)
+        return "".join(_raw_of(d) for d in self._docs).encode("utf-8", "surrogateescape")
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._events()[i]
+
+    def __iter__(self) -> Iterator[SSEEvent]:
+        return iter(self._events())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordedEvents):
+            return self._events() == other._events()
+        if isinstance(other, tuple):
+            return self._events() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._events())
+
+    def __repr__(self) -> str:
+        return repr(self._events())
+
+
+def _raw_of(d: Mapping[str, Any]) -> str:
+    raw = d.get("raw")
+    return canonical_raw(d.get("event"), d["data"]) if raw is None else str(raw)
+
+
+def _event_of(d: Mapping[str, Any]) -> SSEEvent:
+    return SSEEvent(raw=_raw_of(d), data=d["data"], event=d.get("event"), id=d.get("id"), retry=d.get("retry"))
+
+
+def _plain_event(e: Any) -> bool:
+    """True for an event object the reader accepts as it is (the common case, checked cheaply);
+    anything else goes through `_Reader.event`, which names what is wrong."""
+    if type(e) is not dict or type(e.get("data")) is not str:
+        return False
+    if len(e) == 1:
+        return True
+    for key in ("event", "id", "raw"):
+        value = e.get(key)
+        if value is not None and type(value) is not str:
+            return False
+    retry = e.get("retry")
+    return retry is None or type(retry) is int
+
+
 @dataclass(frozen=True, slots=True)
 class RecordedResponse:
     """A recorded response: exactly one of ``events`` (SSE), ``body`` (JSON), ``text``, or
     ``frames`` (the server frames of a WebSocket turn, in order, up to its terminal frame).
 
-    A response with none of them has an empty body.
+    A response with none of them has an empty body. A loaded cassette's ``events`` are a
+    `RecordedEvents` (built when read); a recorded one's a tuple.
     """
 
     status: int
     headers: dict[str, str]
     body: Any | None = None
-    events: tuple[SSEEvent, ...] | None = None
+    events: Sequence[SSEEvent] | None = None
     text: str | None = None
     frames: tuple[Frame, ...] | None = None
 
@@ -123,6 +202,8 @@ class RecordedResponse:
         An SSE stream is reproduced byte for byte from each event's ``raw``; a
         JSON body is re-emitted compactly (its original whitespace is not kept).
         """
+        if isinstance(self.events, RecordedEvents):
+            return self.events.encode()
         if self.events is not None:
             return encode_events(self.events)
         if self.body is not None:
@@ -378,6 +459,13 @@ class _Reader:
             raise self.fail(where, f"field 'raw' should be a string, not {_json_type(raw)}")
         return SSEEvent(raw=raw, data=data, event=event, id=ev_id, retry=retry)
 
+    def events(self, objs: list[Any], where: str) -> RecordedEvents:
+        for i, e in enumerate(objs):
+            # Inline, the commonest shape ({"data": "..."}): hundreds of thousands of events.
+            if not (type(e) is dict and len(e) == 1 and type(e.get("data")) is str) and not _plain_event(e):
+                self.event(e, f"{where} event {i}")  # raises, naming the field
+        return RecordedEvents(tuple(objs))
+
     def turn(self, obj: Any, position: int) -> RecordedTurn:
         where = f"turn {position}"
         if not isinstance(obj, dict):
@@ -410,11 +498,10 @@ class _Reader:
         if len(present) > 1:
             both = " and ".join(present)
             raise self.fail(sw, f"has {both}; a response holds exactly one of them")
-        events: tuple[SSEEvent, ...] | None = None
+        events: RecordedEvents | None = None
         text: str | None = None
         if "events" in resp:
-            raw_events = self.field(resp, "events", list, sw)
-            events = tuple(self.event(e, f"{sw} event {i}") for i, e in enumerate(raw_events))
+            events = self.events(self.field(resp, "events", list, sw), sw)
         if "text" in resp:
             text = self.field(resp, "text", str, sw)
         frames: tuple[Frame, ...] | None = None
@@ -552,8 +639,27 @@ def loads_cassette(text: str, path: Path | str) -> Cassette:
     Raises `CassetteError` for invalid JSON (with line:col), a newer format, or a
     missing or mistyped field (naming the turn and the field).
     """
+    with _collector_paused():
+        return _Reader(path).cassette(_parse(text, path))
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """A cassette's document and turns hold no reference cycles, yet their millions of new
+    objects would start the cyclic collector again and again while they are built, each pass
+    walking everything built so far (more than a third of a big cassette's load): paused."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        doc = json.loads(text)
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _parse(text: str, path: Path | str) -> Any:
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise CassetteError(
             path,
@@ -563,7 +669,6 @@ def loads_cassette(text: str, path: Path | str) -> Cassette:
         ) from None
     except RecursionError:
         raise CassetteError(path, "nested too deeply to be a cassette", _FIX_HINT) from None
-    return _Reader(path).cassette(doc)
 
 
 def load_cassette(path: Path | str, *, record_command: str = GENERIC_RECORD_COMMAND) -> Cassette:
@@ -573,6 +678,14 @@ def load_cassette(path: Path | str, *, record_command: str = GENERIC_RECORD_COMM
     ``record_command``; nothing ever records implicitly.
     """
     p = Path(path)
+    # The file's bytes, its text and the parsed document are each about the file's size: the
+    # bytes are freed once decoded and the text once parsed (neither is a local here), so the
+    # peak holds two of them, never three (docs/performance.md).
+    with _collector_paused():
+        return _Reader(p).cassette(_parse(_read_text(p, record_command), p))
+
+
+def _read_text(p: Path, record_command: str) -> str:
     try:
         raw = read_regular_file(p, MAX_CASSETTE_BYTES)
     except UnreadableFileError as e:
@@ -589,7 +702,7 @@ def load_cassette(path: Path | str, *, record_command: str = GENERIC_RECORD_COMM
             p, f"cannot be read ({e.strerror or e})", "check the path and its permissions"
         ) from None
     # surrogateescape mirrors the writer: an SSE stream with invalid UTF-8 round-trips byte-exactly.
-    return loads_cassette(raw.decode("utf-8", "surrogateescape"), p)
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def save_cassette(cassette: Cassette, path: Path | str) -> None:

@@ -59,12 +59,15 @@ def read_regular_file(path: Path | str, limit: int) -> bytes:
         chunks: list[bytes] = []
         total = 0
         # The size on record may be wrong (a /proc file says 0, a file may grow): read to
-        # one byte past the limit and no further.
-        while chunk := os.read(fd, min(_CHUNK, limit + 1 - total)):
+        # one byte past the limit and no further. The first read asks for the whole recorded
+        # size (and a byte more), so a big file is one read and no join: no second copy of it.
+        want = max(info.st_size + 1, _CHUNK)
+        while chunk := os.read(fd, min(want, limit + 1 - total)):
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:
                 raise UnreadableFileError(p, size=total)
-        return b"".join(chunks)
+            want = _CHUNK
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)

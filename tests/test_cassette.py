@@ -252,6 +252,72 @@ class TestLoadErrors:
             loads_cassette(json.dumps(doc), "c.json")
 
 
+    @pytest.mark.parametrize(("edit", "message"), [
+        (lambda e: e.__setitem__("data", None), "field 'data' should be a string, not null"),
+        (lambda e: e.__setitem__("event", 1), "field 'event' should be a string, not a number"),
+        (lambda e: e.__setitem__("id", []), "field 'id' should be a string, not an array"),
+        (lambda e: e.__setitem__("retry", True), "field 'retry' should be an integer, not a boolean"),
+        (lambda e: e.__setitem__("raw", {}), "field 'raw' should be a string, not an object"),
+    ])
+    def test_a_mistyped_event_field_is_refused_at_load(self, edit, message):
+        """Events are built only when read, but every one is still checked when the file is loaded."""
+        doc = json.loads(dumps_cassette(Cassette((make_turn(0, sse_response()),))))
+        edit(doc["turns"][0]["response"]["events"][1])
+        with pytest.raises(CassetteError, match=f"turn 0 response event 1: {message}"):
+            loads_cassette(json.dumps(doc), "c.json")
+
+
+class TestLazyEvents:
+    """Loading a cassette builds no SSE event: replay reads a stream's bytes, a view its events."""
+
+    def test_loading_builds_no_event_and_replay_needs_none(self, monkeypatch: pytest.MonkeyPatch):
+        import flowproof.cassette as cassette_module
+
+        text = dumps_cassette(Cassette((make_turn(0, sse_response()),)))
+        built: list[SSEEvent] = []
+
+        def counting(**fields) -> SSEEvent:
+            built.append(SSEEvent(**fields))
+            return built[-1]
+
+        monkeypatch.setattr(cassette_module, "SSEEvent", counting)
+        loaded = loads_cassette(text, "c.json").turns[0].response
+        assert loaded is not None and loaded.events is not None
+        assert loaded.content() == sse_response().content() and built == []
+        assert len(loaded.events) == 4 and built == []
+        # Reading any event builds them all, once; they equal the recorded tuple.
+        assert loaded.events[2].event == "ping" and len(built) == 4
+        assert loaded == sse_response() and tuple(loaded.events) == sse_response().events and len(built) == 4
+        assert loaded.content() == sse_response().content()
+
+    def test_loaded_events_equal_and_differ_like_tuples(self):
+        text = dumps_cassette(Cassette((make_turn(0, sse_response()),)))
+        a = loads_cassette(text, "a.json").turns[0].response
+        b = loads_cassette(text, "b.json").turns[0].response
+        assert a is not None and b is not None and a.events == b.events and a.events is not b.events
+        assert a.events is not None and a.events != sse_response().events[:3]  # type: ignore[index]
+        assert a.events != list(sse_response().events or ())  # a tuple never equals a list either
+        assert hash(a.events) == hash(sse_response().events)
+
+    def test_the_collector_is_paused_while_loading_and_back_after(self, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch):
+        """A big cassette's document starts the cyclic collector over and over: it waits."""
+        import gc
+
+        import flowproof.cassette as cassette_module
+
+        seen: list[bool] = []
+        real = json.loads
+        monkeypatch.setattr(cassette_module.json, "loads", lambda text: seen.append(gc.isenabled()) or real(text))
+        path = tmp_path / "c.json"
+        save_cassette(Cassette((make_turn(0),)), path)
+        load_cassette(path)
+        path.write_text("{")
+        with pytest.raises(CassetteError):
+            load_cassette(path)
+        assert seen == [False, False] and gc.isenabled()
+
+
 class TestSave:
     def test_save_then_load_round_trips(self, tmp_path: Path):
         """save_cassette writes text that load_cassette reads back equal, with no temp file left."""

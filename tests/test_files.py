@@ -19,6 +19,21 @@ class TestReadRegularFile:
         path.write_bytes(b"x" * 10)
         assert read_regular_file(path, 10) == b"x" * 10
 
+    def test_a_big_file_is_one_read(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A cassette of tens of MB is read in one call, not joined from 1 MB chunks (a second copy)."""
+        path = tmp_path / "f"
+        path.write_bytes(b"x" * (3 << 20))
+        reads: list[int] = []
+        real = os.read
+
+        def counting(fd: int, n: int) -> bytes:
+            reads.append(n)
+            return real(fd, n)
+
+        monkeypatch.setattr(os, "read", counting)
+        assert read_regular_file(path, 10 << 20) == b"x" * (3 << 20)
+        assert len(reads) == 2  # the whole file, then the end
+
     def test_a_file_over_the_bound_is_refused_from_its_size(self, tmp_path: Path) -> None:
         path = tmp_path / "f"
         path.write_bytes(b"x" * 11)
