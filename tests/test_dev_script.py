@@ -165,3 +165,27 @@ class TestOtherJobs:
             "python -m pip install --disable-pip-version-check --no-compile --progress-bar off -e .[dev]"
         ]
         assert lines[0] == "dev: installing flowproof with its dev extra (ruff, mypy) into .venv (first run only)"
+
+    def test_test_runs_the_suite_on_every_core_without_the_real_agents(self, checkout: Path) -> None:
+        """`./dev test` alone is the README's test command: xdist on every core, the real coding
+        agents deselected (their own lane, as .ci/run runs it); any argument replaces that."""
+        (checkout / ".venv/bin").mkdir(parents=True)
+        shutil.copy(checkout.parent / "stubs" / "python3.13", checkout / ".venv/bin" / "python")
+        lines, calls = dev(checkout, "test")
+        assert calls[-1] == "python -m pytest -n auto --dist worksteal -m not real_agent"
+        assert lines[-1].startswith("dev: running the suite on ")
+        _, calls = dev(checkout, "test", "-m", "real_agent")
+        assert calls[-1] == "python -m pytest -m real_agent"
+
+    def test_every_job_keeps_the_bytecode_python_writes(self, checkout: Path) -> None:
+        """With PYTHONDONTWRITEBYTECODE=1 (set on some CI images) every process of the suite
+        would recompile mitmproxy and the SDKs it imports; the jobs unset it."""
+        stub = checkout.parent / "stubs" / "python3.13"
+        stub.write_text(STUB.replace('echo "$(basename "$0") $*"',
+                                     'echo "$(basename "$0") $* [bytecode=${PYTHONDONTWRITEBYTECODE-kept}]"'))
+        env = {**env_for(checkout), "PYTHONDONTWRITEBYTECODE": "1"}
+        ran = subprocess.run(["bash", str(checkout / "dev"), "example"], cwd=checkout, env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0, ran.stderr
+        calls = (checkout.parent / "calls.log").read_text().splitlines()
+        assert calls[-1] == "flowproof-run example_specs/booking.flow.yaml [bytecode=kept]"
