@@ -31,6 +31,7 @@ from typing import Any
 
 from flowproof.mcp import McpCall
 from flowproof.model import ToolCall, Turn
+from flowproof.redact import redact_data
 from flowproof.report.json_report import render_json_doc
 from flowproof.trajectory import Trajectory
 from flowproof.verdict import FlowResult
@@ -175,15 +176,18 @@ def flow_conversation(result: FlowResult) -> dict[str, Any] | None:
     return conversation_json(trajectory, mcp_calls)
 
 
-def html_report(results: Sequence[FlowResult], *, shown_path: Callable[[Path], str] = str) -> str:
+def html_report(
+    results: Sequence[FlowResult], *, shown_path: Callable[[Path], str] = str, secrets: Iterable[str] = ()
+) -> str:
     """The page for a run of ``results`` (in run order); ``shown_path`` writes a cassette's path
-    as the page shows it."""
+    as the page shows it; every value of ``secrets`` is masked in the page's data
+    (`flowproof.redact.redact_data`), conversation included."""
     doc = render_json_doc(results)
     for flow, result in zip(doc["flows"], results, strict=True):
         flow["conversation"] = flow_conversation(result)
         if result.cassette is not None:
             flow["cassette"] = shown_path(result.cassette)
-    return render_html(doc)
+    return render_html(redact_data(doc, secrets))
 
 
 # --------------------------------------------------------------------------- HTML
