@@ -32,7 +32,8 @@ import pytest
 
 from flowproof.errors import FlowFailure, FlowproofError, OtelError
 from flowproof.options import Mode, Route, host_settings
-from flowproof.report.text import next_step, render_flow
+from flowproof.redact import secret_values
+from flowproof.report.text import flow_report
 from flowproof.runner.collect import FLOW_SUFFIX
 from flowproof.runner.env import CAFiles, default_ca_dir, ensure_ca
 from flowproof.runner.flow import RunOptions, run_flow
@@ -134,7 +135,7 @@ class FlowItem(pytest.Item):
                              otel=otel)
         # Under pytest the flow is recorded again through pytest: the report is told that command.
         result = replace(run_flow(self.path, options), record_command=record_under_pytest(self.nodeid))
-        report = render_flow(result) + "\n" + next_step(result)
+        report = flow_report(result, secrets=secret_values(os.environ))
         if otel:
             export_spans(result, report)
         self.user_properties.append(("flowproof_exit_code", result.exit_code))

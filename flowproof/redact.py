@@ -30,6 +30,7 @@ __all__ = [
     "filter_headers",
     "is_secret_name",
     "masked_url",
+    "redact_data",
     "redact_fields",
     "redact_text",
     "redact_url",
@@ -199,6 +200,24 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
             text = text.replace(secret, REDACTED)
     text = _AUTH_SCHEME.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
     return _URL_IN_TEXT.sub(lambda m: _safe_url(m.group(0)), text)
+
+
+def redact_data(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """``value`` (a text, or JSON-like data at any depth) with every string through
+    `redact_text`: the one masking every report applies (text, pytest, JSON, JUnit, HTML,
+    markdown), with the same ``secrets`` the log lines mask (`secret_values`).
+
+    >>> redact_data({"stdout": ["key sk-live-123456"], "turns": 2}, ["sk-live-123456"])
+    {'stdout': ['key [redacted]'], 'turns': 2}
+    """
+    masked = tuple(secrets)
+    if isinstance(value, str):
+        return redact_text(value, masked)
+    if isinstance(value, Mapping):
+        return {k: redact_data(v, masked) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_data(v, masked) for v in value]
+    return value
 
 
 def redact_fields(fields: Mapping[str, Any], secrets: Iterable[str] = ()) -> dict[str, Any]:

@@ -416,6 +416,8 @@ class FlowResult:
     secret_leaks: tuple[dict[str, Any], ...] = ()
     #: The spec's mocks that never fired (`flowproof.coverage.UnusedMock.to_json`).
     unused_mocks: tuple[dict[str, Any], ...] = ()
+    #: The tools the spec mocks (``tools:`` with a ``result:``): the model read their results from the spec.
+    mocked_tools: tuple[str, ...] = ()
     #: The sub-agents, each with its parent (`flowproof.subagents.SubAgent.to_json`).
     subagents: tuple[dict[str, Any], ...] = ()
     #: The sub-agent tree as indented text lines (empty without sub-agents).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from flowproof.report.html import html_report
@@ -20,10 +20,10 @@ from flowproof.verdict import FlowResult
 __all__ = ["shown_path", "write_html", "write_junit"]
 
 
-def write_junit(results: Sequence[FlowResult], path: Path) -> None:
-    """Write `junit_xml` to ``path`` (parent directories are created)."""
+def write_junit(results: Sequence[FlowResult], path: Path, *, secrets: Iterable[str] = ()) -> None:
+    """Write `junit_xml` to ``path`` (parent directories are created), ``secrets`` masked."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(junit_xml(results), encoding="utf-8")
+    path.write_text(junit_xml(results, secrets=secrets), encoding="utf-8")
 
 
 def shown_path(path: Path) -> str:
@@ -41,9 +41,10 @@ def _umask() -> int:
     return mask
 
 
-def write_html(results: Sequence[FlowResult], path: Path) -> None:
-    """Write `html_report` to ``path`` (parent directories are created) by a rename."""
-    text = html_report(results, shown_path=shown_path)
+def write_html(results: Sequence[FlowResult], path: Path, *, secrets: Iterable[str] = ()) -> None:
+    """Write `html_report` to ``path`` (parent directories are created) by a rename,
+    ``secrets`` masked."""
+    text = html_report(results, shown_path=shown_path, secrets=secrets)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

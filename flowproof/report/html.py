@@ -31,6 +31,7 @@ from typing import Any
 
 from flowproof.mcp import McpCall
 from flowproof.model import ToolCall, Turn
+from flowproof.redact import redact_data
 from flowproof.report.json_report import render_json_doc
 from flowproof.trajectory import Trajectory
 from flowproof.verdict import FlowResult
@@ -55,12 +56,16 @@ _WORD_DIFF_LIMIT = 4000
 # --------------------------------------------------------------------------- data
 
 
-def conversation_json(trajectory: Trajectory, mcp_calls: Sequence[McpCall] = ()) -> dict[str, Any]:
+def conversation_json(
+    trajectory: Trajectory, mcp_calls: Sequence[McpCall] = (), mocked: Iterable[str] = ()
+) -> dict[str, Any]:
     """A trajectory as the page shows it: threads (numbered by their first turn, as
     ``flowproof show`` numbers them; ``main`` marks the one the reply comes from) of
     turns, each with what was new in its request — the prompt when it changed, the tool
-    results not yet shown in the thread — and the response; MCP calls after the turn
-    that preceded them; abandoned turns aside."""
+    results not yet shown in the thread (``mocked`` when the tool is one of the spec's
+    ``tools:`` mocks, so the model read the spec's result) — and the response; MCP calls
+    after the turn that preceded them; abandoned turns aside."""
+    mocked_tools = frozenset(mocked)
     ordered = trajectory.turns
     after: dict[int, list[dict[str, Any]]] = {}
     for call in mcp_calls:
@@ -84,7 +89,7 @@ def conversation_json(trajectory: Trajectory, mcp_calls: Sequence[McpCall] = ())
         last_prompt = ""
         turns = []
         for turn in thread.turns:
-            item = _turn_json(turn, seen_results, last_prompt)
+            item = _turn_json(turn, seen_results, last_prompt, mocked_tools)
             last_prompt = turn.request.prompt or last_prompt
             item["mcp_calls"] = after.get(turn.index, [])
             item["agent"] = trajectory.agents.label_of(turn.index)
@@ -101,14 +106,14 @@ def conversation_json(trajectory: Trajectory, mcp_calls: Sequence[McpCall] = ())
         "threads": threads,
         "subagents": [s.to_json() for s in trajectory.agents.subagents],
         "mcp_calls_before": after.get(-1, []),
-        "abandoned": [_turn_json(t, set(), "") for t in trajectory.abandoned],
+        "abandoned": [_turn_json(t, set(), "", mocked_tools) for t in trajectory.abandoned],
         "reply": trajectory.reply,
         "reply_absent_reason": trajectory.reply_absent_reason,
     }
 
 
 def _turn_json(
-    turn: Turn, seen: set[tuple[str | None, str | None, str]], last_prompt: str
+    turn: Turn, seen: set[tuple[str | None, str | None, str]], last_prompt: str, mocked: frozenset[str]
 ) -> dict[str, Any]:
     request = turn.request
     results = []
@@ -117,7 +122,8 @@ def _turn_json(
         if key not in seen:
             seen.add(key)
             results.append(
-                {"name": result.name, "call_id": result.call_id, "content": result.content}
+                {"name": result.name, "call_id": result.call_id, "content": result.content,
+                 "mocked": result.name in mocked}
             )
     response = turn.response
     return {
@@ -172,18 +178,21 @@ def flow_conversation(result: FlowResult) -> dict[str, Any] | None:
     trajectory, mcp_calls = result.trajectory, result.run.mcp_calls
     if trajectory is None or (not trajectory.turns and not trajectory.abandoned and not mcp_calls):
         return None
-    return conversation_json(trajectory, mcp_calls)
+    return conversation_json(trajectory, mcp_calls, result.mocked_tools)
 
 
-def html_report(results: Sequence[FlowResult], *, shown_path: Callable[[Path], str] = str) -> str:
+def html_report(
+    results: Sequence[FlowResult], *, shown_path: Callable[[Path], str] = str, secrets: Iterable[str] = ()
+) -> str:
     """The page for a run of ``results`` (in run order); ``shown_path`` writes a cassette's path
-    as the page shows it."""
+    as the page shows it; every value of ``secrets`` is masked in the page's data
+    (`flowproof.redact.redact_data`), conversation included."""
     doc = render_json_doc(results)
     for flow, result in zip(doc["flows"], results, strict=True):
         flow["conversation"] = flow_conversation(result)
         if result.cassette is not None:
             flow["cassette"] = shown_path(result.cassette)
-    return render_html(doc)
+    return render_html(redact_data(doc, secrets))
 
 
 # --------------------------------------------------------------------------- HTML
@@ -229,6 +238,9 @@ def _summary(flows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _flow(number: int, flow: Mapping[str, Any]) -> str:
+    # Every id on the page carries its flow's number: several flows each have a first bad
+    # turn and a turn 0, and a link must open its own flow's.
+    ids = f"flow-{number}-"
     parts = [
         f'<section class="flow {_state(flow)}" id="flow-{number}">',
         f"<h2>{_mark(flow.get('passed'))} {_text(flow.get('name', ''))}</h2>",
@@ -251,15 +263,15 @@ def _flow(number: int, flow: Mapping[str, Any]) -> str:
     compare = flow.get("compare") or {}
     if compare.get("first_drift") is not None:
         # Compare: the two responses are the diff (the findings name the same parts).
-        parts.append(_compare_pair(compare["results"][compare["first_drift"]], bad))
+        parts.append(_compare_pair(compare["results"][compare["first_drift"]], bad, ids))
     elif bad:
-        parts.append(_diff(bad))
+        parts.append(_diff(bad, ids))
     if not flow.get("passed") and flow.get("next"):
         parts.append(f'<p class="next">{_text(flow["next"])}</p>')
-    parts.append(_steps(flow.get("steps") or ()))
+    parts.append(_steps(flow.get("steps") or ()) or _checks_not_run(flow))
     parts.append(_guards(flow.get("guards") or ()))
     parts.append(_witness(flow))
-    parts.append(_conversation(flow.get("conversation"), bad, flow.get("guards") or ()))
+    parts.append(_conversation(flow.get("conversation"), bad, flow.get("guards") or (), ids))
     later = [f for f in flow.get("findings") or () if f not in bad and f.get("kind") != "assertion"]
     if later:
         parts.append(
@@ -292,7 +304,7 @@ def _flow(number: int, flow: Mapping[str, Any]) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def _diff(findings: Sequence[Mapping[str, Any]]) -> str:
+def _diff(findings: Sequence[Mapping[str, Any]], ids: str) -> str:
     """The first bad turn, side by side: one row per differing field."""
     first = findings[0]
     other = "live" if first.get("kind") == "drift" else "replayed"
@@ -319,7 +331,7 @@ def _diff(findings: Sequence[Mapping[str, Any]]) -> str:
     )
     message = str(first.get("message") or "")
     return (
-        f'<div class="firstbad" id="first-bad"><h3>{_text(head)}</h3>{table}'
+        f'<div class="firstbad" id="{ids}first-bad"><h3>{_text(head)}</h3>{table}'
         + (f'<pre class="finding">{_text(message)}</pre>' if not rows else "")
         + (
             f"<details><summary>the text report's words</summary><pre>{_text(message)}</pre></details>"
@@ -330,7 +342,7 @@ def _diff(findings: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def _compare_pair(result: Mapping[str, Any], findings: Sequence[Mapping[str, Any]]) -> str:
+def _compare_pair(result: Mapping[str, Any], findings: Sequence[Mapping[str, Any]], ids: str) -> str:
     """A compare drift's two responses side by side: tool calls, finish reason, text, then any
     finer path the findings name (inside the tool calls' arguments)."""
     calls = result.get("tool_calls") or {}
@@ -367,7 +379,7 @@ def _compare_pair(result: Mapping[str, Any], findings: Sequence[Mapping[str, Any
     )
     head = f"first bad turn: drift at {where}, thread {result.get('thread')} ({result.get('kind')})"
     return (
-        f'<div class="firstbad" id="first-bad"><h3>{_text(head)}</h3><table class="diff"><thead><tr>'
+        f'<div class="firstbad" id="{ids}first-bad"><h3>{_text(head)}</h3><table class="diff"><thead><tr>'
         "<th>part</th><th>recorded</th><th>live</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
@@ -406,16 +418,41 @@ def _guards(guards: Iterable[Mapping[str, Any]]) -> str:
     )
 
 
+def _checks_not_run(flow: Mapping[str, Any]) -> str:
+    """Why a failed flow lists no check: the judge stopped before the steps (`flowproof.verdict`)."""
+    if flow.get("passed"):
+        return ""
+    code = flow.get("exit_code")
+    if flow.get("divergences"):
+        why = ("the replay diverged, so what the agent did after that request is not the recorded "
+               "flow; they are judged once every request matches a recorded turn")
+    elif code == 5:
+        why = "the agent or the proxy failed first (the error above)"
+    elif code == 2 or (isinstance(code, int) and code >= 128):
+        why = "the flow stopped before them (the error above)"
+    else:
+        return ""
+    return f'<h3>checks</h3><p class="empty">Not run: {_text(why)}.</p>'
+
+
+def _served(conversation: Mapping[str, Any] | None) -> int:
+    """How many turns the replay served before it stopped."""
+    return sum(len(t.get("turns") or ()) for t in (conversation or {}).get("threads") or ())
+
+
 def _conversation(
     conversation: Mapping[str, Any] | None,
     bad: Sequence[Mapping[str, Any]],
     guards: Iterable[Mapping[str, Any]],
+    ids: str,
 ) -> str:
-    if not conversation:
+    diverged = bool(bad) and bad[0].get("kind") == "divergence"
+    if not conversation and not diverged:
         return ""
+    conversation = conversation or {}
     bad_turn = bad[0].get("turn") if bad else None
     guarded = {str(g.get("tool")): g for g in guards}
-    parts = [_agent_tree(conversation.get("subagents") or ()), "<h3>conversation</h3>"]
+    parts = [_agent_tree(conversation.get("subagents") or (), ids), "<h3>conversation</h3>"]
     parts.extend(_mcp_call(c) for c in conversation.get("mcp_calls_before") or ())
     threads = conversation.get("threads") or ()
     for thread in threads:
@@ -428,23 +465,27 @@ def _conversation(
                 f'<details class="system"><summary>system prompt</summary><pre>{_text(thread["system"])}</pre></details>'
             )
         parts.extend(
-            _turn(t, t.get("index") == bad_turn, guarded) for t in thread.get("turns") or ()
+            _turn(t, t.get("index") == bad_turn, guarded, ids) for t in thread.get("turns") or ()
         )
         parts.append("</div>")
     if not threads:
-        parts.append('<p class="empty">No model call was made.</p>')
-    if bad and bad[0].get("kind") == "divergence":
+        parts.append(
+            '<p class="empty">No turn was replayed: the first request already matched no recorded turn.</p>'
+            if diverged
+            else '<p class="empty">No model call was made.</p>'
+        )
+    if diverged:
         why = (
             str(bad[0].get("message") or "").splitlines() or ["a request matched no recorded turn"]
         )[0]
         parts.append(
-            f'<div class="msg stop"><a href="#first-bad">✗ the replay stopped here: {_text(why)} '
-            "(the diff is above)</a></div>"
+            f'<div class="msg stop"><a href="#{ids}first-bad">✗ the replay stopped at turn '
+            f"{_served(conversation)}: {_text(why)} (the diff is above)</a></div>"
         )
     abandoned = conversation.get("abandoned") or ()
     if abandoned:
         parts.append("<details><summary>abandoned calls (not counted)</summary>")
-        parts.extend(_turn(t, False, guarded) for t in abandoned)
+        parts.extend(_turn(t, False, guarded, f"{ids}abandoned-") for t in abandoned)
         parts.append("</details>")
     if conversation.get("reply") is not None:
         parts.append(
@@ -457,14 +498,14 @@ def _conversation(
     return "\n".join(parts)
 
 
-def _agent_tree(subagents: Sequence[Mapping[str, Any]]) -> str:
+def _agent_tree(subagents: Sequence[Mapping[str, Any]], ids: str) -> str:
     """The agent the flow started and its sub-agents, each under the agent that spawned it."""
     if not subagents:
         return ""
 
     def children(parent: Any) -> str:
         items = [
-            f'<li><a href="#turn-{_text(s.get("spawn_turn"))}">{_text(s.get("text", ""))}</a>'
+            f'<li><a href="#{ids}turn-{_text(s.get("spawn_turn"))}">{_text(s.get("text", ""))}</a>'
             f"{children(s.get('number'))}</li>"
             for s in subagents
             if s.get("parent") == parent
@@ -501,12 +542,13 @@ def _items(title: str, css: str, items: Sequence[tuple[str, str]]) -> str:
     return f'<h3>{_text(title)}</h3><ul class="{css}">{lines}</ul>'
 
 
-def _turn(turn: Mapping[str, Any], bad: bool, guarded: Mapping[str, Mapping[str, Any]]) -> str:
+def _turn(turn: Mapping[str, Any], bad: bool, guarded: Mapping[str, Mapping[str, Any]], ids: str) -> str:
     head = f"turn {turn.get('index')} · {turn.get('provider', '')} · {turn.get('model') or '?'}"
     if turn.get("agent"):
         head += f" · sub-agent {turn['agent']}"
     parts = [
-        f'<div class="turn{" badturn" if bad else ""}" id="turn-{_text(turn.get("index"))}"><p class="turnhead">{_text(head)}</p>'
+        f'<div class="turn{" badturn" if bad else ""}" id="{ids}turn-{_text(turn.get("index"))}">'
+        f'<p class="turnhead">{_text(head)}</p>'
     ]
     if turn.get("prompt"):
         parts.append(
@@ -514,8 +556,9 @@ def _turn(turn: Mapping[str, Any], bad: bool, guarded: Mapping[str, Mapping[str,
         )
     for result in turn.get("tool_results") or ():
         name = result.get("name") or result.get("call_id") or "?"
+        mock = " · the spec's mock (tools:)" if result.get("mocked") else ""
         parts.append(
-            f'<div class="msg result"><span class="role">tool result · {_text(name)}</span>'
+            f'<div class="msg result"><span class="role">tool result · {_text(name + mock)}</span>'
             f"<pre>{_text(result.get('content', ''))}</pre></div>"
         )
     response = turn.get("response")

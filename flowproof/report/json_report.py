@@ -7,10 +7,11 @@ A contract (scripts and CI jobs read it): its JSON Schema is
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from flowproof.options import Mode
+from flowproof.redact import redact_data
 from flowproof.report.compare import report_json
 from flowproof.report.findings import findings
 from flowproof.report.text import guard_warnings, next_step, tail, verdict_name, worst_exit
@@ -71,18 +72,21 @@ def result_json(result: FlowResult) -> dict[str, Any]:
     }
 
 
-def render_json_doc(results: Sequence[FlowResult]) -> dict[str, Any]:
-    """The whole run as the data `render_json` prints (the HTML report reads it too)."""
-    return {
+def render_json_doc(results: Sequence[FlowResult], *, secrets: Iterable[str] = ()) -> dict[str, Any]:
+    """The whole run as the data `render_json` prints (the HTML report reads it too), every
+    value of ``secrets`` masked (`flowproof.redact.redact_data`, as log lines mask them)."""
+    doc = {
         "exit_code": worst_exit(results),
         "passed": sum(1 for r in results if r.passed),
         "failed": sum(1 for r in results if not r.passed),
         "flows": [result_json(r) for r in results],
     }
+    masked: dict[str, Any] = redact_data(doc, secrets)
+    return masked
 
 
-def render_json(results: Sequence[FlowResult]) -> str:
-    """The whole run as one JSON document."""
-    doc = render_json_doc(results)
+def render_json(results: Sequence[FlowResult], *, secrets: Iterable[str] = ()) -> str:
+    """The whole run as one JSON document, every value of ``secrets`` masked."""
+    doc = render_json_doc(results, secrets=secrets)
     # Valid JSON whatever the flows carried: a lone surrogate would make the text unencodable.
     return _utf8_safe(json.dumps(doc, indent=2, ensure_ascii=False))

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from xml.etree import ElementTree as ET
 
 from flowproof.errors import EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT
+from flowproof.redact import redact_data
 from flowproof.report.compare import junit_cases
 from flowproof.report.findings import Finding, findings
-from flowproof.report.text import guard_warnings, next_step, render_flow, tail, verdict_name, witness_lines
+from flowproof.report.text import flow_report, guard_warnings, tail, verdict_name, witness_lines
 from flowproof.verdict import FlowResult
 
 __all__ = ["junit_xml"]
@@ -53,8 +54,20 @@ def _finding_summary(finding: Finding) -> str:
     return f"{head}: {first[0]}" if first else head
 
 
-def junit_xml(results: Sequence[FlowResult]) -> str:
-    """JUnit XML: one testsuite, one testcase per flow, plus one per compare result."""
+def _mask_tree(root: ET.Element, secrets: tuple[str, ...]) -> None:
+    """Every text, tail and attribute value of the tree masked, whichever part wrote it."""
+    for node in root.iter():
+        if node.text:
+            node.text = redact_data(node.text, secrets)
+        if node.tail:
+            node.tail = redact_data(node.tail, secrets)
+        for name, value in node.attrib.items():
+            node.attrib[name] = redact_data(value, secrets)
+
+
+def junit_xml(results: Sequence[FlowResult], *, secrets: Iterable[str] = ()) -> str:
+    """JUnit XML: one testsuite, one testcase per flow, plus one per compare result; every
+    value of ``secrets`` masked in every text and attribute (`flowproof.redact.redact_data`)."""
     failing = (EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT)
     per_result = [c for r in results for c in junit_cases(r.compare)]
     failures = sum(1 for r in results if r.exit_code in failing)
@@ -84,7 +97,7 @@ def junit_xml(results: Sequence[FlowResult]) -> str:
         if not r.passed:
             kind = "failure" if r.exit_code in failing else "error"
             node = ET.SubElement(case, kind, message=verdict_name(r.exit_code), type=f"exit-{r.exit_code}")
-            node.text = render_flow(r) + "\n" + next_step(r)
+            node.text = flow_report(r)
             # Then each finding as its own failure: a one-line message, and the finding as
             # JSON for tools that read more than the first failure.
             for finding in findings(r):
@@ -111,6 +124,7 @@ def junit_xml(results: Sequence[FlowResult]) -> str:
         for warning in suite_warnings:
             ET.SubElement(props, "property", name="flowproof.warning", value=warning)
         suite.insert(0, props)
+    _mask_tree(suite, tuple(secrets))
     ET.indent(suite)
     # ElementTree escapes markup (<, &, quotes; `]]>` is harmless outside CDATA) but writes
     # control characters raw, which no XML parser accepts: they are made visible instead.

@@ -6,7 +6,7 @@ Pure: a `FlowResult` in, text out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from flowproof.errors import (
@@ -19,6 +19,7 @@ from flowproof.errors import (
 )
 from flowproof.options import Mode
 from flowproof.printable import printable
+from flowproof.redact import redact_data
 from flowproof.report.compare import report_lines
 from flowproof.verdict import FlowResult
 from flowproof.witness import SecretLeak
@@ -26,6 +27,7 @@ from flowproof.witness import SecretLeak
 __all__ = [
     "FAIL",
     "PASS",
+    "flow_report",
     "guard_warnings",
     "indent",
     "next_step",
@@ -232,9 +234,18 @@ def guard_warnings(result: FlowResult) -> list[str]:
     return [str(g["warning"]) for g in result.guards if g.get("warning")]
 
 
-def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
+def flow_report(result: FlowResult, *, secrets: Iterable[str] = (), after: str = "") -> str:
+    """One flow as a failing pytest item, the session fixture and a JUnit failure show it:
+    `render_flow`, ``after`` (what the caller adds), then `next_step`; ``secrets`` masked."""
+    return str(redact_data(f"{render_flow(result)}{after}\n{next_step(result)}", secrets))
+
+
+def render_text(
+    results: Sequence[FlowResult], *, verbose: bool = False, secrets: Iterable[str] = ()
+) -> str:
     """Every flow, a summary (a table when there are several flows), and the line that says
-    what to do."""
+    what to do; every value of ``secrets`` masked (`flowproof.redact.redact_data`, as log
+    lines mask them)."""
     blocks = [render_flow(r, verbose=verbose) for r in results]
     if len(results) > 1:
         blocks.append(summary_table(results))
@@ -254,4 +265,4 @@ def render_text(results: Sequence[FlowResult], *, verbose: bool = False) -> str:
     else:
         worst = max(failed, key=lambda r: r.exit_code)
         last = next_step(worst)
-    return printable("\n\n".join(blocks) + f"\n\n{summary}.\n{last}")
+    return str(redact_data(printable("\n\n".join(blocks) + f"\n\n{summary}.\n{last}"), secrets))

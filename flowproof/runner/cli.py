@@ -29,6 +29,7 @@ from flowproof.heal import diff_cassettes
 from flowproof.log import configure as configure_logging
 from flowproof.options import Mode, Route, base_url_ports, host_settings
 from flowproof.printable import printable
+from flowproof.redact import secret_values
 from flowproof.report.cassette import show_cassette
 from flowproof.report.files import write_html, write_junit
 from flowproof.report.json_report import render_json
@@ -375,15 +376,17 @@ def run_command(
     if cancel.is_set():
         # A flow that finished before the signal does not hide it: the run was interrupted.
         code = 128 + int(cancel.signum or signal.SIGINT)
+    # Every output masks the credentials the log lines mask (the agent may print its key).
+    secrets = secret_values(os.environ)
     if as_json:
-        click.echo(render_json(results))
+        click.echo(render_json(results, secrets=secrets))
     elif selected:
-        click.echo(render_text(results, verbose=verbose > 0))
+        click.echo(render_text(results, verbose=verbose > 0, secrets=secrets))
     else:
         click.echo(f"shard {shard} has no specs; nothing to run")
     if junit is not None:
         try:
-            write_junit(results, junit)
+            write_junit(results, junit, secrets=secrets)
         except OSError as e:
             click.echo(
                 f"{_program()}: cannot write the JUnit report to {junit} ({e.strerror or e}) — "
@@ -393,7 +396,7 @@ def run_command(
             code = max(code, EXIT_USAGE)
     if html_path is not None:
         try:
-            write_html(results, html_path)
+            write_html(results, html_path, secrets=secrets)
         except OSError as e:
             click.echo(
                 f"{_program()}: cannot write the HTML report to {html_path} ({e.strerror or e}) — "

@@ -82,6 +82,7 @@ def judge_flow(
         turns=len(record.turns) if checked else 0,
         guards=verdict.guards,
         unused_mocks=verdict.unused_mocks,
+        mocked_tools=tuple(spec.tool_results) if spec is not None else (),
         subagents=tuple(s.to_json() for s in trajectory.agents.subagents) if checked and trajectory else (),
         agent_tree=tuple(trajectory.agents.lines()) if checked and trajectory else (),
         usage=usage_summary(trajectory.turns) if checked and trajectory else None,

@@ -42,7 +42,8 @@ from flowproof.errors import (
 from flowproof.events import Event, parse_events
 from flowproof.model import Turn
 from flowproof.options import Mode, ProxyOptions, Route, choose, host_settings, listeners_for
-from flowproof.report.text import next_step, render_flow
+from flowproof.redact import secret_values
+from flowproof.report.text import flow_report
 from flowproof.run_record import read_run
 from flowproof.runner.env import CAFiles, agent_env, default_ca_dir, ensure_ca
 from flowproof.runner.judge import judge_flow
@@ -330,10 +331,10 @@ class ProxySession:
 
 def session_report(session: ProxySession, result: FlowResult, exc: BaseException | None = None) -> str:
     """The session's readable report (as a flow's), ending with the line that says what to do."""
-    text = render_flow(result)
+    after = ""
     if exc is not None and not result.passed:
         # The exception's first sentence: an SDK's error text for a divergence goes on to name
         # the proxy's event log, a scratch file that is gone by now.
         first = (str(exc).strip().splitlines() or [""])[0].split(". ")[0][:200]
-        text += f"\n  the test then failed with: {type(exc).__name__}" + (f": {first}" if first else "")
-    return f"{text}\n{next_step(result)}"
+        after = f"\n  the test then failed with: {type(exc).__name__}" + (f": {first}" if first else "")
+    return flow_report(result, secrets=secret_values(os.environ), after=after)

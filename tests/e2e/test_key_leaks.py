@@ -3,6 +3,8 @@ flowproof-run -> real mitmdump -> the booking agent on the openai SDK -> the fak
 
 from __future__ import annotations
 
+import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,3 +52,34 @@ class TestApiKeyNeverWritten:
             assert KEY not in path.read_text(encoding="utf-8"), path.name
         for ran in (recorded, rejected):
             assert KEY not in ran.stdout and KEY not in ran.stderr
+
+
+class TestAgentPrintsItsKey:
+    def test_no_output_shows_the_key_the_agent_printed(
+        self, examples: Path, flowproof: Flowproof, tmp_path: Path
+    ) -> None:
+        """An agent that prints its OPENAI_API_KEY and fails: the text report, --json, --junit
+        and --html show it masked, as the log lines do."""
+        agent = examples / "leaky_agent.py"
+        agent.write_text(
+            "import os, sys\n"
+            "print('using key', os.environ['OPENAI_API_KEY'])\n"
+            "print('401 for', os.environ['OPENAI_API_KEY'], file=sys.stderr)\n"
+            "sys.exit(3)\n",
+            encoding="utf-8",
+        )
+        spec = examples / "leaky.flow.yaml"
+        spec.write_text(
+            f"name: leaky\nagent:\n  command: {shlex.quote(sys.executable)} leaky_agent.py\n"
+            "cassette: booking.cassette.json\nsteps:\n  - prompt: Book me a flight\n",
+            encoding="utf-8",
+        )
+        junit, html = tmp_path / "junit.xml", tmp_path / "report.html"
+        text = flowproof.run(spec, "-v", OPENAI_API_KEY=KEY)
+        as_json = flowproof.run(spec, "--json", "--junit", junit, "--html", html, OPENAI_API_KEY=KEY)
+        assert text.code == as_json.code == 5, text.output
+        assert "using key [redacted]" in text.stdout
+        assert as_json.report()["flows"][0]["agent"]["stdout"].strip() == "using key [redacted]"
+        for shown in (text.stdout, text.stderr, as_json.stdout, as_json.stderr,
+                      junit.read_text(encoding="utf-8"), html.read_text(encoding="utf-8")):
+            assert KEY not in shown

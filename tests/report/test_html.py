@@ -244,7 +244,8 @@ class TestPage:
         between the common prefix and suffix is marked."""
         html = page(
             flow(passed=False, exit_code=3, verdict="replay divergence",
-                 findings=[divergence("messages.5.content → booking", "B-1042", "B-2077")])
+                 findings=[divergence("messages.5.content → booking", "B-1042", "B-2077")],
+                 conversation=conversation_json(build_trajectory(BOOKING_TURNS[:2])))
         )
         row = re.search(r'<table class="diff">.*?</table>', html, re.DOTALL)
         assert row is not None
@@ -253,7 +254,7 @@ class TestPage:
         assert '<td class="side recorded"><pre>B-<mark>1042</mark></pre></td>' in row.group()
         assert '<td class="side other"><pre>B-<mark>2077</mark></pre></td>' in row.group()
         assert "first bad turn: divergence at recorded turn 2" in html
-        assert "the replay stopped here: request 3 matches no recorded turn" in html
+        assert "the replay stopped at turn 2: request 3 matches no recorded turn" in html
 
     def test_a_divergence_without_field_paths_shows_its_text(self) -> None:
         """An envelope change (a tool added) has no field rows: the report's words stand in."""
@@ -447,7 +448,82 @@ def test_the_page_draws_the_agent_tree_and_the_hosts() -> None:
             "egress": [{"host": "exfil.example.test", "port": 80, "role": "other", "via": "http"}],
             "unused_mocks": [{"text": "search_hotels (tools:, f:1:1): no request carried its result"}]}
     page = render_html({"flows": [flow], "passed": 0, "failed": 1, "exit_code": 1})
-    assert '<ul class="agents"><li>the agent<ul><li><a href="#turn-0">Explore #1 (claude-code)' in page
+    assert '<ul class="agents"><li>the agent<ul><li><a href="#flow-1-turn-0">Explore #1 (claude-code)' in page
     assert "turn 2 · anthropic · claude-x · sub-agent Explore #1" in page
     assert '<li class="other">exfil.example.test:80 (other, http)</li>' in page
     assert "mocks that never fired" in page
+
+
+def diverged_at_first_request() -> FlowResult:
+    """The very first request matched nothing: no turn was replayed."""
+    divergence = Divergence(kind="unmatched", request_number=1, closest_index=0,
+                            fields=(FieldChange("messages.1.content", "Book me a flight", "Book me a train"),))
+    events = [{"event": "divergence", "id": "1", "divergence": divergence.to_json()},
+              {"event": "done", "unconsumed": [0, 1, 2]}]
+    return judged(events, CASSETTE_TURNS)
+
+
+class Sections(HTMLParser):
+    """Every id and every in-page link, each with the flow section it sits in (None: outside)."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.section: str | None = None
+        self.ids: list[tuple[str | None, str]] = []
+        self.links: list[tuple[str | None, str]] = []
+        self.feed(page)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "section":  # flow sections do not nest
+            self.section = found.get("id")
+        if found.get("id"):
+            self.ids.append((self.section, str(found["id"])))
+        href = found.get("href") or ""
+        if href.startswith("#"):
+            self.links.append((self.section, href[1:]))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "section":
+            self.section = None
+
+
+class TestSeveralFlows:
+    def test_every_id_is_unique_and_every_link_opens_its_own_flow(self) -> None:
+        """Two diverged flows and one that diverged at once: each "stopped here" link and each
+        turn link lands in the flow it was drawn in."""
+        page = html_report([diverged(), diverged(), diverged_at_first_request()])
+        parsed = Sections(page)
+        ids = [i for _, i in parsed.ids]
+        assert len(ids) == len(set(ids))
+        where = {i: section for section, i in parsed.ids}
+        stops = [(section, target) for section, target in parsed.links if target.endswith("first-bad")]
+        assert [s for s, _ in stops] == ["flow-1", "flow-2", "flow-3"]
+        for section, target in parsed.links:
+            assert target in where, target
+            if section is not None:  # a link inside a flow opens that flow's part
+                assert where[target] == section, (section, target)
+            else:  # the summary links to the flow sections themselves
+                assert where[target] == target
+
+    def test_a_flow_that_diverged_at_turn_0_says_why(self) -> None:
+        """No turn was replayed: the page names the request, where the replay stopped and why
+        the checks did not run."""
+        page = html_report([result(), diverged_at_first_request()])
+        section = page.split('id="flow-2"', 1)[1]
+        assert "the replay stopped at turn 0: request 1 matches no recorded turn; closest is turn 0" in section
+        assert "No turn was replayed: the first request already matched no recorded turn." in section
+        assert "<h3>checks</h3><p class=\"empty\">Not run: the replay diverged" in section
+        assert 'href="#flow-2-first-bad"' in section and 'id="flow-2-first-bad"' in section
+
+    def test_an_agent_that_failed_says_its_checks_did_not_run(self) -> None:
+        page = html_report([result(5, error="the agent exited with code 3")])
+        assert "Not run: the agent or the proxy failed first (the error above)." in page
+
+    def test_a_mocked_tool_result_is_marked_as_the_spec_s_mock(self) -> None:
+        conversation = conversation_json(build_trajectory(BOOKING_TURNS), mocked=["search_flights"])
+        results = [r for th in conversation["threads"] for t in th["turns"] for r in t["tool_results"]]
+        assert [(r["name"], r["mocked"]) for r in results] == [("search_flights", True), ("create_booking", False)]
+        page = render_html({"exit_code": 0, "flows": [flow(conversation=conversation)]})
+        assert "tool result · search_flights · the spec&#x27;s mock (tools:)" in page
+        assert "tool result · create_booking</span>" in page

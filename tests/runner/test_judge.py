@@ -12,6 +12,7 @@ from flowproof.cassette import loads_cassette
 from flowproof.cassette_check import check_cassette
 from flowproof.errors import EXIT_AGENT, EXIT_OK, Interrupted
 from flowproof.events import parse_events
+from flowproof.report.html import flow_conversation
 from flowproof.runner.agents import AgentRun
 from flowproof.runner.flow import ADVICE
 from flowproof.runner.judge import judge_flow
@@ -49,6 +50,26 @@ class TestResult:
         assert result.trajectory is not None and result.trajectory.turns[0] is views[0]
         assert (result.agent_stdout, result.agent_stderr, result.agent_returncode) == ("out", "err", 0)
         assert len(result.run.turns) == 3 and result.record_command == "record me"
+
+    def test_the_spec_s_mocked_tools_reach_the_html_conversation(self, tmp_path: Path) -> None:
+        """``tools:`` with a ``result:`` is a mock; a tool without one is not."""
+        searched = chat_turn(0, call=("search_flights", {"destination": "NBO"}))
+        booked = chat_turn(1, call=("create_booking", {"flight": {"id": "KQ311"}}))
+        told = chat_turn(2, text="Booked.")
+        calls = [t["response"]["body"]["choices"][0]["message"] for t in (searched, booked)]
+        told["request"]["body"]["messages"] += [
+            calls[0], {"role": "tool", "tool_call_id": "call_0", "content": '{"flights": [{"id": "KQ311"}]}'},
+            calls[1], {"role": "tool", "tool_call_id": "call_1", "content": '{"booking": "B-1"}'},
+        ]
+        turns = [searched, booked, told]
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(turns))
+        result = judge(tmp_path, [*turn_events(turns), {"event": "done", "unconsumed": []}])
+        assert result.mocked_tools == ("search_flights",)
+        conversation = flow_conversation(result)
+        assert conversation is not None
+        marks = {r["name"]: r["mocked"] for th in conversation["threads"] for t in th["turns"]
+                 for r in t["tool_results"]}
+        assert marks == {"search_flights": True, "create_booking": False}
 
     def test_a_diverged_run_reports_no_trajectory_facts(self, tmp_path: Path) -> None:
         (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
