@@ -318,18 +318,20 @@ class ComparedEvent:
 
 @dataclass(frozen=True, slots=True)
 class TlsFailedEvent:
-    """A client does not trust the proxy's CA for ``host``."""
+    """A client does not trust the proxy's CA for ``host``; ``model``: the host carries model
+    calls (a provider's, a mapped or a gateway host), so the failure stopped them."""
 
     NAME: ClassVar[str] = "tls_failed"
     host: str
     text: str
+    model: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return {"event": self.NAME, "host": self.host, "text": self.text}
+        return {"event": self.NAME, "host": self.host, "text": self.text, "model": self.model}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TlsFailedEvent:
-        return cls(_text(obj, "host"), _text(obj))
+        return cls(_text(obj, "host"), _text(obj), obj.get("model") is not False)
 
 
 class ErrorKind(StrEnum):

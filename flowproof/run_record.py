@@ -166,10 +166,11 @@ class RunError:
 
 @dataclass(frozen=True, slots=True)
 class TlsFailure:
-    """A client did not trust the proxy's CA for ``host``."""
+    """A client did not trust the proxy's CA for ``host`` (``model``: a host of model calls)."""
 
     host: str
     text: str
+    model: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +297,7 @@ class _Reader:
                 self.ended.add(event.id)
             self.errors.append(RunError(event.kind, event.text, event.id))
         elif isinstance(event, TlsFailedEvent):
-            self.tls.append(TlsFailure(event.host, event.text))
+            self.tls.append(TlsFailure(event.host, event.text, event.model))
         elif isinstance(event, EgressEvent):
             self.hosts.setdefault(event.host.address, event.host)
         elif isinstance(event, SecretLeakEvent):
