@@ -162,6 +162,9 @@ class RunError:
     kind: ErrorKind
     text: str
     call: str | None = None
+    #: ``upstream_unreachable``: the ``host:port`` dialled, and the model host the agent addressed.
+    address: str | None = None
+    host: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +298,7 @@ class _Reader:
         elif isinstance(event, ErrorEvent):
             if event.id is not None:
                 self.ended.add(event.id)
-            self.errors.append(RunError(event.kind, event.text, event.id))
+            self.errors.append(RunError(event.kind, event.text, event.id, event.address, event.host))
         elif isinstance(event, TlsFailedEvent):
             self.tls.append(TlsFailure(event.host, event.text, event.model))
         elif isinstance(event, EgressEvent):

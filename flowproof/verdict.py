@@ -135,7 +135,8 @@ class Verdict:
     steps: tuple[StepResult, ...] | None = None
     #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
     compare: tuple[CompareResult, ...] = ()
-    #: Why an exit-5 run failed, so the advice fits: "timeout", "upstream", "crash" or None.
+    #: Why an exit-5 run failed, so the advice fits: "timeout", "upstream", "unreachable" (a model
+    #: host the proxy could not reach), "crash" or None.
     failure: str | None = None
     #: What the agent did, built once from the record (None when a turn cannot be read).
     trajectory: Trajectory | None = field(default=None, compare=False)
@@ -148,13 +149,15 @@ class Verdict:
 
 
 def upstream_cause(record: RunRecord) -> str | None:
-    """What went wrong between the proxy and the model, when anything did: a model call the
-    upstream cut before it completed, else the first HTTP error status a live call was answered
-    with (and the API's own error message, when the body is in its shape). None when the model
-    side did nothing wrong: the agent's failure is then its own."""
-    for error in record.errors:
-        if error.kind is ErrorKind.UPSTREAM:
-            return error.text
+    """What went wrong between the proxy and the model, when anything did: a model host the
+    proxy could not reach, else a model call the upstream cut before it completed, else the
+    first HTTP error status a live call was answered with (and the API's own error message,
+    when the body is in its shape). None when the model side did nothing wrong: the agent's
+    failure is then its own."""
+    for kind in (ErrorKind.UPSTREAM_UNREACHABLE, ErrorKind.UPSTREAM):
+        for error in record.errors:
+            if error.kind is kind:
+                return error.text
     for turn in record.turns:
         response = turn.recorded.response
         if turn.replayed or response is None or response.status < 400:
@@ -258,12 +261,14 @@ def decide_exit(
     cause = upstream_cause(record)
     why = agent_error(run, timeout, tls, cause)
     # An agent that dies after its model call failed upstream is a casualty, not the cause.
-    upstream = any(e.kind is ErrorKind.UPSTREAM for e in record.errors)
+    kinds = {e.kind for e in record.errors}
+    upstream = "unreachable" if ErrorKind.UPSTREAM_UNREACHABLE in kinds else (
+        "upstream" if ErrorKind.UPSTREAM in kinds else None)
     if why is not None:
-        failure = "upstream" if cause is not None else ("timeout" if run.timed_out else "crash")
+        failure = upstream or ("upstream" if cause is not None else ("timeout" if run.timed_out else "crash"))
         return failed(EXIT_AGENT, why, notes=other_tls, failure=failure)
     if errors:
-        return failed(EXIT_AGENT, errors[0], notes=(), failure="upstream" if upstream else None)
+        return failed(EXIT_AGENT, cause or errors[0], notes=(), failure=upstream)
     if not record.done:
         notes.append("the proxy did not report a clean shutdown (no `done` event)")
         if mode == Mode.RECORD:
@@ -458,7 +463,8 @@ class FlowResult:
     turns: int = 0
     #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
     compare: tuple[CompareResult, ...] = ()
-    #: Why an exit-5 flow failed, for advice that fits: "timeout", "upstream", "crash" or None.
+    #: Why an exit-5 flow failed, for advice that fits: "timeout", "upstream", "unreachable",
+    #: "crash" or None.
     failure: str | None = None
     #: Every host the agent tried to reach (`flowproof.witness.EgressHost.to_json`), any mode.
     egress: tuple[dict[str, Any], ...] = ()

@@ -307,6 +307,19 @@ class TestHeadline:
         verdict, _ = decide([*TURNS, ErrorEvent(text, ErrorKind.UPSTREAM, id="3"), DONE], run=self.CRASHED)
         assert verdict.error == f"{text}; the agent then exited with code 1 — see the agent output below"
 
+    def test_an_unreachable_model_host_leads_whatever_else_failed(self):
+        """The host the proxy could not reach is the cause, before a cut call or the agent's line."""
+        unreachable = ErrorEvent("the proxy could not reach the model host 127.0.0.1:9: connection refused",
+                                 ErrorKind.UPSTREAM_UNREACHABLE, id="1", address="127.0.0.1:9", host="api.openai.com")
+        cut = ErrorEvent("the model call to … failed before it completed: reset", ErrorKind.UPSTREAM, id="2")
+        verdict, _ = decide([cut, unreachable, DONE], "record", run=self.CRASHED)
+        assert verdict.error == ("the proxy could not reach the model host 127.0.0.1:9: connection refused; "
+                                 "the agent then exited with code 1 — see the agent output below")
+        assert (verdict.exit_code, verdict.failure, verdict.recording) == (EXIT_AGENT, "unreachable", "reject")
+        clean, _ = decide([unreachable, DONE], "record")
+        assert (clean.exit_code, clean.failure) == (EXIT_AGENT, "unreachable")
+        assert clean.error == "the proxy could not reach the model host 127.0.0.1:9: connection refused"
+
     def test_a_tls_failure_on_a_model_host_keeps_the_ca_advice(self):
         events = [TlsFailedEvent("api.openai.com", "does not trust", True), DONE]
         verdict, _ = decide(events, "record", run=Outcome(returncode=1, stderr="APIConnectionError"))

@@ -5,6 +5,7 @@ model call (an agent's telemetry) is no CA advice."""
 from __future__ import annotations
 
 import shlex
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -48,4 +49,22 @@ class TestHeadline:
         assert "telemetry.invalid, which is not a model host" in ran.stdout
         assert "SSL_CERT_FILE" not in ran.stdout and "flowproof CA" not in ran.stdout
         assert "The upstream model failed, not the agent" in ran.stdout
+        assert not (tmp_path / "upstream.cassette.json").exists()
+
+
+class TestUnreachableModelHost:
+    def test_a_closed_port_behind_the_upstream_mapping_is_named(self, tmp_path: Path, flowproof: Flowproof) -> None:
+        """The upstream is mapped to a closed 127.0.0.1 port: the headline and the advice name that
+        address, exit 5, and a recording that never reached the model leaves no rejected file."""
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        ran = flowproof.run(upstream_spec(tmp_path), "--record", "--upstream", f"api.openai.com=http://127.0.0.1:{port}",
+                            keys=True)
+        assert ran.code == 5, ran.output
+        assert (f"the proxy could not reach the model host 127.0.0.1:{port} (where the upstream mapping sends "
+                "api.openai.com): connection refused") in ran.stdout.splitlines()[3]
+        advice = f"The proxy could not reach 127.0.0.1:{port}, where the upstream mapping sends api.openai.com"
+        assert advice in ran.stdout
+        assert not list(tmp_path.glob("*.rejected.json")) and not list(tmp_path.glob("*.recording.json"))
         assert not (tmp_path / "upstream.cassette.json").exists()
