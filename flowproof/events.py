@@ -318,18 +318,20 @@ class ComparedEvent:
 
 @dataclass(frozen=True, slots=True)
 class TlsFailedEvent:
-    """A client does not trust the proxy's CA for ``host``."""
+    """A client does not trust the proxy's CA for ``host``; ``model``: the host carries model
+    calls (a provider's, a mapped or a gateway host), so the failure stopped them."""
 
     NAME: ClassVar[str] = "tls_failed"
     host: str
     text: str
+    model: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return {"event": self.NAME, "host": self.host, "text": self.text}
+        return {"event": self.NAME, "host": self.host, "text": self.text, "model": self.model}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TlsFailedEvent:
-        return cls(_text(obj, "host"), _text(obj))
+        return cls(_text(obj, "host"), _text(obj), obj.get("model") is not False)
 
 
 class ErrorKind(StrEnum):
@@ -337,8 +339,11 @@ class ErrorKind(StrEnum):
 
     #: flowproof failed in one of its own hooks (a bug of ours: the call was refused).
     HOOK = "hook"
-    #: A model call failed before it completed: the upstream cut it or could not be reached.
+    #: A model call failed before it completed: the upstream cut it.
     UPSTREAM = "upstream"
+    #: The proxy could not connect to a model host (refused, a name that does not resolve, a
+    #: timeout): the error names the address it dialled (`ErrorEvent.address`).
+    UPSTREAM_UNREACHABLE = "upstream_unreachable"
     #: A live response flowproof cannot record (its codec cannot read it).
     RESPONSE = "response"
     #: A model request flowproof refused and never forwarded (a body that decodes past the cap,
@@ -362,18 +367,26 @@ class ErrorKind(StrEnum):
 @dataclass(frozen=True, slots=True)
 class ErrorEvent:
     """Anything else that fails the run: ``kind`` says what failed, ``text`` says it to a
-    person; ``id`` names the model call when there is one."""
+    person; ``id`` names the model call when there is one. An ``upstream_unreachable`` error
+    also says where: ``address`` is the ``host:port`` the proxy dialled, ``host`` the model host
+    the agent addressed (they differ when ``--upstream`` maps it)."""
 
     NAME: ClassVar[str] = "error"
     text: str
     kind: ErrorKind
     id: str | None = None
+    address: str | None = None
+    host: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"event": self.NAME, "kind": self.kind.value}
         if self.id is not None:
             out["id"] = self.id
         out["text"] = self.text
+        if self.address is not None:
+            out["address"] = self.address
+        if self.host is not None:
+            out["host"] = self.host
         return out
 
     @classmethod
@@ -382,7 +395,9 @@ class ErrorEvent:
             kind = ErrorKind(str(obj.get("kind")))
         except ValueError:
             kind = ErrorKind.OTHER
-        return cls(_text(obj), kind, _id(obj))
+        address, host = obj.get("address"), obj.get("host")
+        return cls(_text(obj), kind, _id(obj), address if isinstance(address, str) else None,
+                   host if isinstance(host, str) else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -162,14 +162,18 @@ class RunError:
     kind: ErrorKind
     text: str
     call: str | None = None
+    #: ``upstream_unreachable``: the ``host:port`` dialled, and the model host the agent addressed.
+    address: str | None = None
+    host: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TlsFailure:
-    """A client did not trust the proxy's CA for ``host``."""
+    """A client did not trust the proxy's CA for ``host`` (``model``: a host of model calls)."""
 
     host: str
     text: str
+    model: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,9 +298,9 @@ class _Reader:
         elif isinstance(event, ErrorEvent):
             if event.id is not None:
                 self.ended.add(event.id)
-            self.errors.append(RunError(event.kind, event.text, event.id))
+            self.errors.append(RunError(event.kind, event.text, event.id, event.address, event.host))
         elif isinstance(event, TlsFailedEvent):
-            self.tls.append(TlsFailure(event.host, event.text))
+            self.tls.append(TlsFailure(event.host, event.text, event.model))
         elif isinstance(event, EgressEvent):
             self.hosts.setdefault(event.host.address, event.host)
         elif isinstance(event, SecretLeakEvent):

@@ -46,6 +46,7 @@ from flowproof.errors import (
     EXIT_DRIFT,
     EXIT_OK,
     EXIT_USAGE,
+    FlowproofError,
 )
 from flowproof.events import ErrorKind
 from flowproof.genai_spans import SpanRecord
@@ -55,6 +56,7 @@ from flowproof.options import Mode
 from flowproof.run_record import EMPTY_RUN, Miss, MissingCalls, RunRecord
 from flowproof.spec.types import FlowSpec, ParallelCallsAssertion, SubagentAssertion, ToolCallAssertion
 from flowproof.trajectory import MCP, Trajectory, boundary_of
+from flowproof.wire import codec_by_name
 
 __all__ = [
     "Advice",
@@ -69,6 +71,7 @@ __all__ = [
     "judge",
     "result_line",
     "step_line",
+    "upstream_cause",
     "usage_summary",
 ]
 
@@ -132,7 +135,8 @@ class Verdict:
     steps: tuple[StepResult, ...] | None = None
     #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
     compare: tuple[CompareResult, ...] = ()
-    #: Why an exit-5 run failed, so the advice fits: "timeout", "upstream", "crash" or None.
+    #: Why an exit-5 run failed, so the advice fits: "timeout", "upstream", "unreachable" (a model
+    #: host the proxy could not reach), "crash" or None.
     failure: str | None = None
     #: What the agent did, built once from the record (None when a turn cannot be read).
     trajectory: Trajectory | None = field(default=None, compare=False)
@@ -144,9 +148,51 @@ class Verdict:
     error_turns: tuple[str, ...] = ()
 
 
-def agent_error(run: AgentOutcome, timeout: float, tls: Sequence[str]) -> str | None:
-    """Why the agent run failed (a timeout, a non-zero exit), naming a TLS failure as the
-    likely cause; None when it finished cleanly."""
+def upstream_cause(record: RunRecord) -> str | None:
+    """What went wrong between the proxy and the model, when anything did: a model host the
+    proxy could not reach, else a model call the upstream cut before it completed, else the
+    first HTTP error status a live call was answered with (and the API's own error message,
+    when the body is in its shape). None when the model side did nothing wrong: the agent's
+    failure is then its own."""
+    for kind in (ErrorKind.UPSTREAM_UNREACHABLE, ErrorKind.UPSTREAM):
+        for error in record.errors:
+            if error.kind is kind:
+                return error.text
+    for turn in record.turns:
+        response = turn.recorded.response
+        if turn.replayed or response is None or response.status < 400:
+            continue
+        request = turn.recorded.request
+        cause = (f"the upstream answered HTTP {response.status} to model call {turn.recorded.index} "
+                 f"({request.method} {request.url})")
+        message = _api_error_text(turn.recorded.provider, response.body)
+        return f"{cause}: {message[:300]}" if message else cause
+    return None
+
+
+def _api_error_text(provider: str, body: Any) -> str | None:
+    """The API's error message in a JSON error body (an HTML page from a gateway is not quoted:
+    its last line is markup, not a reason)."""
+    if body is None:
+        return None
+    try:
+        return codec_by_name(provider).error_text(body)
+    except FlowproofError:
+        return None  # a provider this flowproof does not know has no error shape to read
+
+
+def agent_error(run: AgentOutcome, timeout: float, tls: Sequence[str], cause: str | None = None) -> str | None:
+    """Why the agent run failed (a timeout, a non-zero exit); None when it finished cleanly.
+
+    ``cause`` is what the model side did (`upstream_cause`): when there is one it leads, and
+    the agent's failure follows from it. ``tls`` are the TLS failures on model hosts: one is
+    named as the likely cause (the CA advice) only then."""
+    if cause is not None:
+        if run.timed_out:
+            return f"{cause}; the agent then did not finish within {timeout:g}s and was stopped"
+        if run.returncode not in (0, None):
+            return f"{cause}; the agent then exited with code {run.returncode} — see the agent output below"
+        return None
     if run.timed_out:
         message = f"the agent did not finish within {timeout:g}s and was stopped (its whole process group)"
         if tls:
@@ -191,7 +237,13 @@ def decide_exit(
     # A plain unequal result is in `compared` already; a handler's rejection is a text of its own.
     drifts = record.rejected_by_handler if mode == Mode.COMPARE else ()
     errors = tuple(e.text for e in record.errors)
-    tls = tuple(f.text for f in record.tls_failures)
+    # A TLS failure on a host that carries no model call (the agent's telemetry) stopped none.
+    tls = tuple(f.text for f in record.tls_failures if f.model)
+    other_tls = tuple(
+        f"a TLS handshake with the proxy failed for {f.host}, which is not a model host (model calls "
+        f"were not affected): {f.text}"
+        for f in record.tls_failures if not f.model
+    )
     missing = record.missing if mode == Mode.REPLAY else None
     notes: list[str] = _abandoned_notes(record) if mode == Mode.RECORD else []
     base = Verdict(
@@ -206,14 +258,17 @@ def decide_exit(
     if record.misses:
         # Turns left unconsumed after a divergence are its cascade, not news: not reported.
         return failed(EXIT_DIVERGENCE, missing=None, notes=())
-    why = agent_error(run, timeout, tls)
+    cause = upstream_cause(record)
+    why = agent_error(run, timeout, tls, cause)
     # An agent that dies after its model call failed upstream is a casualty, not the cause.
-    upstream = any(e.kind is ErrorKind.UPSTREAM for e in record.errors)
+    kinds = {e.kind for e in record.errors}
+    upstream = "unreachable" if ErrorKind.UPSTREAM_UNREACHABLE in kinds else (
+        "upstream" if ErrorKind.UPSTREAM in kinds else None)
     if why is not None:
-        failure = "timeout" if run.timed_out else ("upstream" if upstream else "crash")
-        return failed(EXIT_AGENT, why, notes=(), failure=failure)
+        failure = upstream or ("upstream" if cause is not None else ("timeout" if run.timed_out else "crash"))
+        return failed(EXIT_AGENT, why, notes=other_tls, failure=failure)
     if errors:
-        return failed(EXIT_AGENT, errors[0], notes=(), failure="upstream" if upstream else None)
+        return failed(EXIT_AGENT, cause or errors[0], notes=(), failure=upstream)
     if not record.done:
         notes.append("the proxy did not report a clean shutdown (no `done` event)")
         if mode == Mode.RECORD:
@@ -408,7 +463,8 @@ class FlowResult:
     turns: int = 0
     #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
     compare: tuple[CompareResult, ...] = ()
-    #: Why an exit-5 flow failed, for advice that fits: "timeout", "upstream", "crash" or None.
+    #: Why an exit-5 flow failed, for advice that fits: "timeout", "upstream", "unreachable",
+    #: "crash" or None.
     failure: str | None = None
     #: Every host the agent tried to reach (`flowproof.witness.EgressHost.to_json`), any mode.
     egress: tuple[dict[str, Any], ...] = ()

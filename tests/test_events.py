@@ -53,6 +53,7 @@ EVENTS = [
     ComparedEvent("f5", {"equal": True}),
     ComparedEvent("f6", {"equal": False}, handled=True),
     TlsFailedEvent("api.openai.com", "does not trust"),
+    TlsFailedEvent("telemetry.example.com", "does not trust", model=False),
     ErrorEvent("boom", ErrorKind.CASSETTE_WRITE),
     ErrorEvent("hook failed", ErrorKind.HOOK, id="f7"),
     DoneEvent((2, 3)),

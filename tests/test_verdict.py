@@ -273,6 +273,69 @@ class TestAgentError:
         assert message is not None and "exited with code 2: KeyError: x" in message
 
 
+class TestHeadline:
+    """When the agent fails, the headline names what the model side did, not the agent's last line."""
+
+    GATEWAY_PAGE = "<html>\n<head><title>502 Bad Gateway</title></head>\n<body>nginx</body>\n</html>"
+    CRASHED = Outcome(returncode=1, stderr=f"Traceback …\nopenai.InternalServerError: [{GATEWAY_PAGE}]\n")
+
+    def _error_turn(self, response: dict[str, Any]) -> list[Event]:
+        return parse_events(turn_events([{**chat_turn(0, text="x"), "response": response}], "record"))
+
+    def test_an_http_error_from_the_upstream_leads_and_a_telemetry_tls_failure_is_no_ca_advice(self):
+        """The gateway's HTML page is not quoted and an unrelated host's TLS failure is only a note."""
+        telemetry = TlsFailedEvent("telemetry.example.com", "does not trust the proxy's certificate", False)
+        events = [*self._error_turn({"status": 502, "headers": {}, "text": self.GATEWAY_PAGE}), telemetry, DONE]
+        verdict, _ = decide(events, "record", run=self.CRASHED)
+        assert verdict.error == (
+            "the upstream answered HTTP 502 to model call 0 (POST https://api.openai.com/v1/chat/completions); "
+            "the agent then exited with code 1 — see the agent output below"
+        )
+        assert (verdict.exit_code, verdict.failure, verdict.recording) == (EXIT_AGENT, "upstream", "reject")
+        assert any("telemetry.example.com, which is not a model host" in n for n in verdict.notes)
+
+    def test_the_apis_error_message_is_quoted(self):
+        body = {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}
+        events = [*self._error_turn({"status": 401, "headers": {}, "body": body}), DONE]
+        verdict, _ = decide(events, "record", run=self.CRASHED)
+        assert verdict.error is not None
+        assert verdict.error.startswith("the upstream answered HTTP 401 to model call 0 (POST https://api.openai.com"
+                                        "/v1/chat/completions): Incorrect API key provided; the agent then exited")
+
+    def test_a_call_the_upstream_cut_leads(self):
+        text = "the model call to https://api.openai.com/v1/chat/completions failed before it completed: reset"
+        verdict, _ = decide([*TURNS, ErrorEvent(text, ErrorKind.UPSTREAM, id="3"), DONE], run=self.CRASHED)
+        assert verdict.error == f"{text}; the agent then exited with code 1 — see the agent output below"
+
+    def test_an_unreachable_model_host_leads_whatever_else_failed(self):
+        """The host the proxy could not reach is the cause, before a cut call or the agent's line."""
+        unreachable = ErrorEvent("the proxy could not reach the model host 127.0.0.1:9: connection refused",
+                                 ErrorKind.UPSTREAM_UNREACHABLE, id="1", address="127.0.0.1:9", host="api.openai.com")
+        cut = ErrorEvent("the model call to … failed before it completed: reset", ErrorKind.UPSTREAM, id="2")
+        verdict, _ = decide([cut, unreachable, DONE], "record", run=self.CRASHED)
+        assert verdict.error == ("the proxy could not reach the model host 127.0.0.1:9: connection refused; "
+                                 "the agent then exited with code 1 — see the agent output below")
+        assert (verdict.exit_code, verdict.failure, verdict.recording) == (EXIT_AGENT, "unreachable", "reject")
+        clean, _ = decide([unreachable, DONE], "record")
+        assert (clean.exit_code, clean.failure) == (EXIT_AGENT, "unreachable")
+        assert clean.error == "the proxy could not reach the model host 127.0.0.1:9: connection refused"
+
+    def test_a_tls_failure_on_a_model_host_keeps_the_ca_advice(self):
+        events = [TlsFailedEvent("api.openai.com", "does not trust", True), DONE]
+        verdict, _ = decide(events, "record", run=Outcome(returncode=1, stderr="APIConnectionError"))
+        assert verdict.error is not None and "the proxy saw a TLS failure: does not trust" in verdict.error
+        assert verdict.failure == "crash"
+
+    def test_a_replayed_error_turn_is_the_cassette_not_the_upstream(self):
+        """An allowed error turn served from the cassette: the agent's own handling failed."""
+        turn = {**chat_turn(0, text="x"), "response": {"status": 429, "headers": {}, "body": {}}}
+        cassette = loads_cassette(cassette_text([turn]), "c.json")
+        record = read_run([*parse_events(turn_events([turn])), DONE], cassette)
+        verdict = decide_exit(record, self.CRASHED, lambda: (), "replay", timeout=30)
+        assert verdict.failure == "crash" and verdict.error is not None
+        assert verdict.error.startswith("the agent exited with code 1")
+
+
 class TestAbandonedCalls:
     def test_an_abandoned_call_at_record_is_a_note_never_a_failure(self):
         """The agent left a call in flight: the record passes and says so."""

@@ -37,6 +37,7 @@ from flowproof.errors import FlowproofError, SpecError
 from flowproof.events import Listener, ReadyEvent, TlsFailedEvent
 from flowproof.options import OPTIONS, Mode, ProxyOptions
 from flowproof.replay import Replayer, route_mismatch
+from flowproof.wire import is_model_host
 
 __all__ = ["CONCERNS", "FlowState", "Flowproof", "build_flow_state"]
 
@@ -219,14 +220,16 @@ class Flowproof:
         text = f"the client does not trust the proxy's certificate for {host}"
         if data.conn.error:
             text += f" ({data.conn.error})"
-        events = self.shared.events
+        shared = self.shared
         if self.warm is not None:
             session = self.warm.session_of(data.conn)
             if session is None:
                 return
-            events = session.state.shared.events
-        events.write(TlsFailedEvent(host, text))
-        log.warning("client_tls_failed", host=host)
+            shared = session.state.shared
+        # Only a model host's failure stopped model calls; an agent's telemetry host is not the cause.
+        model = is_model_host(host, shared.config.options.model_hosts)
+        shared.events.write(TlsFailedEvent(host, text, model))
+        log.warning("client_tls_failed", host=host, model=model)
 
     def done(self) -> None:
         if self.warm is not None:

@@ -13,6 +13,8 @@ failure on the upstream side stays an error (`client_left` tells them apart).
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from mitmproxy import http
 from mitmproxy.connection import ConnectionState
 
@@ -28,14 +30,34 @@ from flowproof.recorder import (
     response_from_body,
     response_from_stream,
 )
+from flowproof.wire import is_model_host
 
-__all__ = ["LiveCalls", "client_left"]
+__all__ = ["LiveCalls", "client_left", "connect_reason"]
 
 # mitmproxy's messages for a client that went away: HTTP/1 ("Client disconnected."), an
 # HTTP/2 stream reset ("stream reset by client (CANCEL)"), a whole HTTP/2 connection gone.
 _CLIENT_GONE = ("client disconnected",)
 _STREAM_RESET = "stream reset by client"
 _CONNECTION_GONE = ("peer closed connection", "http/2 connection closed")
+
+
+#: What the OS said when a connect failed, in words (mitmproxy passes on Python's OSError text).
+_CONNECT_REASONS = (
+    (("errno 111]", "connection refused"), "connection refused: nothing listens there"),
+    (("errno -2]", "errno -3]", "errno -5]", "name or service not known", "name resolution",
+      "nodename nor servname", "no address associated"), "the host name does not resolve"),
+    (("errno 110]", "timed out"), "the connection timed out"),
+    (("errno 101]", "errno 113]", "network is unreachable", "no route to host"), "the network is unreachable"),
+)
+
+
+def connect_reason(message: str) -> str:
+    """A failed connect in words, with the OS's own message after them."""
+    lowered = message.lower()
+    for needles, words in _CONNECT_REASONS:
+        if any(n in lowered for n in needles):
+            return f"{words} ({message})"
+    return message
 
 
 def _closed(connection: object) -> bool:
@@ -182,9 +204,32 @@ class LiveCalls:
             self._left(flow.id, call, elapsed_ms(flow))
             return
         reason = flow.error.msg if flow.error is not None else "unknown error"
+        if flow.response is None and flow.server_conn.timestamp_tcp_setup is None:
+            # No server connection was ever set up for the call: the proxy could not dial the
+            # upstream (an established one that fails later has its setup time).
+            address = f"{flow.request.host}:{flow.request.port}"
+            self._unreachable(flow.id, address, urlsplit(call.request.url).hostname or "", reason)
+            return
         text = f"the model call to {call.request.url} failed before it completed: {reason}"
         self.shared.events.write(ErrorEvent(text, ErrorKind.UPSTREAM, id=flow.id))
         log.warning("model_call_failed", flow_id=flow.id, provider=call.codec.name)
+
+    def http_connect_error(self, flow: http.HTTPFlow) -> None:
+        """A ``CONNECT`` to a model host failed: the proxy dials at ``CONNECT`` time unless it
+        dials lazily (docs/runner.md), so the agent's call never becomes a flow of its own."""
+        host, port = flow.request.host, flow.request.port
+        if not is_model_host(host, self.shared.config.options.model_hosts):
+            return  # another host the agent talks to: not the model boundary's to judge
+        reason = flow.server_conn.error or (flow.error.msg if flow.error is not None else "")
+        self._unreachable(None, f"{host}:{port}", host, reason or "the connection failed")
+
+    def _unreachable(self, flow_id: str | None, address: str, host: str, reason: str) -> None:
+        dialled = address.rsplit(":", 1)[0]
+        where = f" (where the upstream mapping sends {host})" if host and host != dialled else ""
+        text = f"the proxy could not reach the model host {address}{where}: {connect_reason(reason)}"
+        self.shared.events.write(ErrorEvent(text, ErrorKind.UPSTREAM_UNREACHABLE, id=flow_id,
+                                            address=address, host=host or None))
+        log.warning("model_host_unreachable", address=address, host=host, reason=reason)
 
     def finish_in_flight(self) -> None:
         """At shutdown: every call still in flight was left by its client (the agent has exited).

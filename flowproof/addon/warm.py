@@ -213,6 +213,9 @@ class WarmSessions:
     async def http_connect(self, flow: http.HTTPFlow) -> None:
         await self._dispatch("http_connect", flow)
 
+    async def http_connect_error(self, flow: http.HTTPFlow) -> None:
+        await self._dispatch("http_connect_error", flow)
+
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         await self._dispatch("requestheaders", flow)
 

@@ -17,6 +17,7 @@ from flowproof.errors import (
     EXIT_OK,
     EXIT_USAGE,
 )
+from flowproof.events import ErrorKind
 from flowproof.options import Mode
 from flowproof.printable import printable
 from flowproof.redact import redact_data
@@ -105,6 +106,8 @@ def next_step(result: FlowResult) -> str:
         if result.failure == "timeout":
             return ("The agent ran out of time: if it is just slow, raise `agent.timeout` in the "
                     "spec or pass --timeout; if it hangs, run with -v to see its output.")
+        if result.failure == "unreachable":
+            return _unreachable_advice(result)
         if result.failure == "upstream":
             return ("The upstream model failed, not the agent: check the upstream (--upstream, the "
                     "provider's status, rate limits), then run again.")
@@ -114,6 +117,20 @@ def next_step(result: FlowResult) -> str:
     if code >= 128:
         return "flowproof-run was interrupted: nothing was recorded or checked; run it again."
     return "Fix the problem above, then run again."
+
+
+def _unreachable_advice(result: FlowResult) -> str:
+    """What to check when the proxy could not reach a model host: the mapping when one sends the
+    host elsewhere, else this machine's way out."""
+    error = next((e for e in result.run.errors if e.kind is ErrorKind.UPSTREAM_UNREACHABLE), None)
+    address = error.address if error is not None and error.address else "the model host"
+    host = error.host if error is not None else None
+    if host and not address.startswith(f"{host}:"):
+        return (f"The proxy could not reach {address}, where the upstream mapping sends {host}: start the "
+                f"server there, or fix the mapping (--upstream {host}=URL or FLOWPROOF_UPSTREAM), then run again.")
+    return (f"The proxy could not reach {address}: check this machine's network (DNS, a firewall, a proxy it "
+            "needs to go out), or send the host to a reachable server with --upstream HOST=URL (a gateway "
+            "or a local model, with the key it expects); then run again.")
 
 
 def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
@@ -136,8 +153,9 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
     missing = result.missing_text()
     if missing:
         lines.append(indent(missing, "  "))
-    for text in result.errors:
-        if text != result.error:
+    # An SDK that retries makes the same error several times: it is shown once.
+    for text in dict.fromkeys(result.errors):
+        if text not in (result.error or ""):
             lines.append(f"  proxy error: {text}")
     for step in result.steps:
         where = f" ({step.location})" if step.location and (verbose or not step.passed) else ""

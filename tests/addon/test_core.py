@@ -121,6 +121,22 @@ class TestLifecycle:
         (event,) = harness.events("tls_failed")
         assert event["host"] == "api.openai.com"
         assert "does not trust" in event["text"]
+        assert event["model"] is True
+
+    def test_a_tls_failure_on_a_host_of_no_model_call_says_so(self, harness: Harness, tmp_path: Path):
+        """An agent's telemetry host is not a model host; a mapped one is."""
+        harness.configure(flowproof_mode="record", flowproof_cassette=str(tmp_path / "c.json"),
+                          flowproof_upstream=["llm.internal=http://127.0.0.1:9"])
+        from mitmproxy import tls
+        from mitmproxy.proxy import context
+
+        for host in ("telemetry.example.com", "llm.internal"):
+            client = tflow.tclient_conn()
+            client.sni = host
+            harness.addon.tls_failed_client(tls.TlsData(client, context.Context(client, harness.tctx.options)))
+        assert [(e["host"], e["model"]) for e in harness.events("tls_failed")] == [
+            ("telemetry.example.com", False), ("llm.internal", True),
+        ]
 
     def test_running_writes_ready(self, harness: Harness, tmp_path: Path):
         """The running hook writes a ready event with a listen list."""

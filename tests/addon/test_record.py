@@ -205,6 +205,38 @@ class TestRecordEdges:
         assert not turn.abandoned and turn.response is not None
         assert [e.data for e in turn.response.events or ()][-1] == "[DONE]"
 
+    def test_a_mapped_upstream_that_cannot_be_dialled_is_named(self, harness: Harness):
+        """No server connection was ever set up for the call: the error names the address the
+        proxy dialled, the host the agent addressed, and the OS error in words."""
+        self.configure(harness, flowproof_upstream=["api.openai.com=http://127.0.0.1:9"])
+        f = model_flow(chat_body())
+        harness.addon.request(f)
+        f.server_conn.timestamp_tcp_setup = None
+        f.error = tflow.terr("[Errno 111] Connect call failed ('127.0.0.1', 9)")
+        harness.addon.error(f)
+        (event,) = harness.events("error")
+        assert (event["kind"], event["address"], event["host"]) == ("upstream_unreachable", "127.0.0.1:9",
+                                                                    "api.openai.com")
+        assert event["text"] == (
+            "the proxy could not reach the model host 127.0.0.1:9 (where the upstream mapping sends "
+            "api.openai.com): connection refused: nothing listens there ([Errno 111] Connect call failed "
+            "('127.0.0.1', 9))"
+        )
+
+    def test_a_connect_to_a_model_host_that_fails_is_named_and_another_host_is_not(self, harness: Harness):
+        """The proxy dials at CONNECT (no mapping): a model host that does not resolve is an
+        error naming it; a telemetry host that does not is none of the model boundary's business."""
+        self.configure(harness)
+        for host in ("api.openai.com", "telemetry.example.com"):
+            f = tflow.tflow(req=tutils.treq(method=b"CONNECT", host=host, port=443, path=b""))
+            f.server_conn.error = "[Errno -2] Name or service not known"
+            harness.addon.http_connect_error(f)
+        (event,) = harness.events("error")
+        assert (event["kind"], event["address"], event.get("id")) == ("upstream_unreachable", "api.openai.com:443",
+                                                                      None)
+        assert event["text"] == ("the proxy could not reach the model host api.openai.com:443: the host name does "
+                                 "not resolve ([Errno -2] Name or service not known)")
+
     def test_an_upstream_cut_before_the_terminal_event_stays_an_error(self, harness: Harness):
         """The server closed its side mid-stream: a fault, never an abandoned turn."""
         path = self.configure(harness)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flowproof.errors import EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_OK
-from flowproof.report.text import render_text, worst_exit
-from flowproof.run_record import MissingCalls
+from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_OK
+from flowproof.events import ErrorKind
+from flowproof.report.text import next_step, render_text, worst_exit
+from flowproof.run_record import MissingCalls, RunError, RunRecord
 from flowproof.verdict import StepResult
 
 from .helpers import compare_run, miss, result, witnessed
@@ -111,3 +112,28 @@ class TestWhatEveryReportSays:
     def test_hosts_are_listed_on_a_pass_too(self) -> None:
         passed = result(egress=({"host": "api.openai.com", "port": 443, "role": "model", "via": "connect"},))
         assert "hosts contacted: api.openai.com:443 (model)" in render_text([passed])
+
+
+class TestUnreachableAdvice:
+    """Exit 5 because the proxy could not reach a model host: the advice names it and what to check."""
+
+    def _result(self, address: str, host: str) -> str:
+        error = RunError(ErrorKind.UPSTREAM_UNREACHABLE, f"the proxy could not reach the model host {address}",
+                         address=address, host=host)
+        return next_step(result(EXIT_AGENT, mode="record", failure="unreachable", run=RunRecord(errors=(error,))))
+
+    def test_a_mapped_host_points_at_the_mapping(self) -> None:
+        assert self._result("127.0.0.1:9", "api.openai.com") == (
+            "The proxy could not reach 127.0.0.1:9, where the upstream mapping sends api.openai.com: start the "
+            "server there, or fix the mapping (--upstream api.openai.com=URL or FLOWPROOF_UPSTREAM), then run again."
+        )
+
+    def test_the_real_host_points_at_the_network(self) -> None:
+        advice = self._result("api.openai.com:443", "api.openai.com")
+        assert advice.startswith("The proxy could not reach api.openai.com:443: check this machine's network")
+        assert "--upstream HOST=URL" in advice
+
+    def test_an_error_an_sdk_retried_is_shown_once(self) -> None:
+        text = "the proxy could not reach the model host 127.0.0.1:9: connection refused"
+        flow = result(EXIT_AGENT, error="the agent exited with code 1", errors=(text,) * 3)
+        assert render_text([flow]).count(text) == 1
