@@ -676,7 +676,7 @@ class TestExampleSpecs:
         assert spec.prompts and spec.cassette.name == name.replace(".flow.yaml", ".cassette.json")
 
     def test_booking_content(self):
-        """The booking example has the seed's tools and assertions."""
+        """The booking example has its three tools and assertions."""
         spec = load_spec(EXAMPLES / "booking.flow.yaml")
         assert spec.agent.command == "python booking_agent.py"
         assert spec.tool_results["search_flights"] == {"flights": [{"id": "KQ311", "dest": "NBO"}]}
