@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from xml.etree import ElementTree as ET
 
 from flowproof.errors import EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT
-from flowproof.redact import redact_data
+from flowproof.redact import redact_text
 from flowproof.report.compare import junit_cases
 from flowproof.report.findings import Finding, findings
 from flowproof.report.text import flow_report, guard_warnings, tail, verdict_name, witness_lines
@@ -58,16 +58,16 @@ def _mask_tree(root: ET.Element, secrets: tuple[str, ...]) -> None:
     """Every text, tail and attribute value of the tree masked, whichever part wrote it."""
     for node in root.iter():
         if node.text:
-            node.text = redact_data(node.text, secrets)
+            node.text = redact_text(node.text, secrets)
         if node.tail:
-            node.tail = redact_data(node.tail, secrets)
+            node.tail = redact_text(node.tail, secrets)
         for name, value in node.attrib.items():
-            node.attrib[name] = redact_data(value, secrets)
+            node.attrib[name] = redact_text(value, secrets)
 
 
 def junit_xml(results: Sequence[FlowResult], *, secrets: Iterable[str] = ()) -> str:
     """JUnit XML: one testsuite, one testcase per flow, plus one per compare result; every
-    value of ``secrets`` masked in every text and attribute (`flowproof.redact.redact_data`)."""
+    value of ``secrets`` masked in every text and attribute (`flowproof.redact.redact_text`)."""
     failing = (EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT)
     per_result = [c for r in results for c in junit_cases(r.compare)]
     failures = sum(1 for r in results if r.exit_code in failing)

@@ -20,7 +20,7 @@ from flowproof.errors import (
 from flowproof.events import ErrorKind
 from flowproof.options import Mode
 from flowproof.printable import printable
-from flowproof.redact import redact_data
+from flowproof.redact import redact_text
 from flowproof.report.compare import report_lines
 from flowproof.verdict import FlowResult
 from flowproof.witness import SecretLeak
@@ -255,14 +255,14 @@ def guard_warnings(result: FlowResult) -> list[str]:
 def flow_report(result: FlowResult, *, secrets: Iterable[str] = (), after: str = "") -> str:
     """One flow as a failing pytest item, the session fixture and a JUnit failure show it:
     `render_flow`, ``after`` (what the caller adds), then `next_step`; ``secrets`` masked."""
-    return str(redact_data(f"{render_flow(result)}{after}\n{next_step(result)}", secrets))
+    return redact_text(f"{render_flow(result)}{after}\n{next_step(result)}", secrets)
 
 
 def render_text(
     results: Sequence[FlowResult], *, verbose: bool = False, secrets: Iterable[str] = ()
 ) -> str:
     """Every flow, a summary (a table when there are several flows), and the line that says
-    what to do; every value of ``secrets`` masked (`flowproof.redact.redact_data`, as log
+    what to do; every value of ``secrets`` masked (`flowproof.redact.redact_text`, as log
     lines mask them)."""
     blocks = [render_flow(r, verbose=verbose) for r in results]
     if len(results) > 1:
@@ -283,4 +283,4 @@ def render_text(
     else:
         worst = max(failed, key=lambda r: r.exit_code)
         last = next_step(worst)
-    return str(redact_data(printable("\n\n".join(blocks) + f"\n\n{summary}.\n{last}"), secrets))
+    return redact_text(printable("\n\n".join(blocks) + f"\n\n{summary}.\n{last}"), secrets)
