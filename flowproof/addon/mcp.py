@@ -33,6 +33,7 @@ from typing import Any
 
 from mitmproxy import http
 
+from flowproof.addon.live import client_left
 from flowproof.addon.mcp_stdio import StdioRelay
 from flowproof.addon.shared import Shared, content_of, log
 from flowproof.events import ErrorEvent, ErrorKind, McpCallEvent, McpDivergenceEvent, McpRejectedEvent
@@ -283,6 +284,11 @@ class McpBoundary:
             return
         self._ours.discard(flow.id)
         pending = self._pending.pop(flow.id, None)
+        if pending is not None and client_left(flow):
+            # The agent went away before the answer came back (it got what it needed, on the
+            # legacy transport's event stream, and exited): nothing failed on the server's side.
+            log.info("mcp_call_left_by_client", flow_id=flow.id, server=pending.route.name)
+            return
         if pending is not None and flow.request.method.upper() == "POST":
             reason = flow.error.msg if flow.error is not None else "unknown error"
             self._write(ErrorEvent(

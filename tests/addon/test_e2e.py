@@ -250,13 +250,17 @@ class TestUpstreamFailures:
     def test_refused_upstream_connection_logs_an_error(self, session: Session):
         """A model server that refuses the connection gives the agent an error and the runner an error event."""
         cassette = session.tmp / "refused.cassette.json"
-        proxy = session.proxy("record", cassette, f"flowproof_upstream=api.openai.com=http://127.0.0.1:{free_port()}")
+        port = free_port()
+        proxy = session.proxy("record", cassette, f"flowproof_upstream=api.openai.com=http://127.0.0.1:{port}")
         rc, out = session.agent(proxy)
         assert rc in (3, 4), out
         assert proxy.stop() == 0
         assert proxy.events("turn") == []
         (error,) = proxy.events("error")
-        assert "failed before it completed" in error["text"] and error["kind"] == "upstream"
+        # The proxy never reached the upstream: the error says so, naming where it dialled.
+        assert error["kind"] == "upstream_unreachable", error
+        assert (error["address"], error["host"]) == (f"127.0.0.1:{port}", "api.openai.com"), error
+        assert "connection refused" in error["text"], error
         assert load_cassette(cassette).turns == ()
 
     def test_recorded_server_error_replays_as_recorded(self, session: Session):

@@ -156,6 +156,19 @@ class TestRecord:
         assert "connection refused" in error["text"]
 
 
+    def test_a_call_its_client_left_is_not_the_server_s_failure(self, tmp_path: Path) -> None:
+        """An agent that exits while a POST is unanswered (it read the result on the legacy
+        transport's event stream) left it: that is no error of the server's."""
+        from mitmproxy.flow import Error
+
+        mcp, log = boundary(tmp_path, "record")
+        flow = mcp_flow({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        mcp.request(flow)
+        flow.error = Error("Client disconnected.")
+        mcp.error(flow)
+        assert [e for e in events_of(log) if e.get("event") == "error"] == []
+
+
 class TestReplay:
     def recorded(self) -> tuple[McpExchange, ...]:
         request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}

@@ -131,6 +131,10 @@ def run_on_pty(flowproof: Flowproof, *args: str | Path, timeout: float = 90.0) -
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
     env = flowproof.env(CI="false", TERM="xterm")
+    # The terminal's own size must count: an xdist worker sets COLUMNS=80 and LINES=24, which
+    # the runner (shutil.get_terminal_size) would read first.
+    for name in ("COLUMNS", "LINES"):
+        env.pop(name, None)
     process = subprocess.Popen(
         [FLOWPROOF_RUN, *map(str, args)], stdin=subprocess.DEVNULL, stdout=slave,
         stderr=subprocess.PIPE, env=env, start_new_session=True,
