@@ -245,7 +245,9 @@ class McpBoundary:
         pending = self._pending.pop(flow.id, None)
         if pending is None or flow.response is None:
             return
-        response = flow.response
+        self._record(pending, flow.response)
+
+    def _record(self, pending: _Pending, response: http.Response) -> None:
         ctype = response.headers.get("content-type", "")
         exchange_events: tuple[str, ...] | None = None
         body: Any = None
@@ -285,9 +287,12 @@ class McpBoundary:
         self._ours.discard(flow.id)
         pending = self._pending.pop(flow.id, None)
         if pending is not None and client_left(flow):
-            # The agent went away before the answer came back (it got what it needed, on the
-            # legacy transport's event stream, and exited): nothing failed on the server's side.
+            # The agent went away, not the server: an agent reads the answer off a POST's event
+            # stream and may exit before the stream ends. What it read is the exchange, and
+            # replay serves the same; a call left before any answer came is nobody's failure.
             log.info("mcp_call_left_by_client", flow_id=flow.id, server=pending.route.name)
+            if flow.response is not None and any(e.data for e in pending.events):
+                self._record(pending, flow.response)
             return
         if pending is not None and flow.request.method.upper() == "POST":
             reason = flow.error.msg if flow.error is not None else "unknown error"

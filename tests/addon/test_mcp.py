@@ -167,6 +167,22 @@ class TestRecord:
         flow.error = Error("Client disconnected.")
         mcp.error(flow)
         assert [e for e in events_of(log) if e.get("event") == "error"] == []
+        assert mcp.recorded() == ()  # it left before any answer: nothing to replay
+
+    def test_an_answer_read_off_the_stream_before_the_client_left_is_recorded(self, tmp_path: Path) -> None:
+        from mitmproxy.flow import Error
+
+        mcp, log = boundary(tmp_path, "record")
+        flow = mcp_flow({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        mcp.request(flow)
+        respond(flow, b"", "text/event-stream")
+        mcp.responseheaders(flow)
+        stream: Any = flow.response.stream  # type: ignore[union-attr]
+        stream(b'event: message\ndata: {"jsonrpc":"2.0","id":1,"result":{}}\n\n')
+        flow.error = Error("Client disconnected.")
+        mcp.error(flow)
+        assert [e for e in events_of(log) if e.get("event") == "error"] == []
+        assert mcp.recorded()[0].events == ('{"jsonrpc":"2.0","id":1,"result":{}}',)
 
 
 class TestReplay:
