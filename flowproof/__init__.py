@@ -20,7 +20,7 @@ from flowproof.errors import (
     SpecError,
     WireError,
 )
-from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult, Turn
+from flowproof.turns import FinishReason, RequestView, ResponseView, ToolCall, ToolResult, Turn
 
 if TYPE_CHECKING:
     from flowproof.assertions import AssertionResult, evaluate

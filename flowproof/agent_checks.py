@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from flowproof.families import FINAL_ANSWER, HANDOFF_LINK, SPAWN_RESULT, family, spawn_tool_names
-from flowproof.model import ToolCall, Turn
 from flowproof.outcome import AssertionResult, Mismatch
 from flowproof.scopes import turn_span
 from flowproof.spec.types import ParallelCallsAssertion, SubagentAssertion, ToolPattern
 from flowproof.subagents import SubAgent
 from flowproof.trajectory import Trajectory
+from flowproof.turns import ToolCall, Turn
 from flowproof.where import matches_all
 
 __all__ = ["evaluate_parallel", "evaluate_subagent"]

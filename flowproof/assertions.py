@@ -33,7 +33,6 @@ from flowproof.agent_checks import evaluate_parallel, evaluate_subagent
 from flowproof.budgets import evaluate_budget
 from flowproof.cacheprefix import evaluate_cache_prefix
 from flowproof.coverage import strict_mocks_result
-from flowproof.model import ToolCall
 from flowproof.outcome import MISMATCH_KINDS, AssertionResult, Mismatch, excerpt, quote
 from flowproof.scopes import resolve_scope
 from flowproof.spec.types import (
@@ -51,6 +50,7 @@ from flowproof.spec.types import (
     ToolCallAssertion,
 )
 from flowproof.trajectory import MCP, Trajectory, boundary_of
+from flowproof.turns import ToolCall
 from flowproof.where import ClauseCheck, check_clause, describe_clause
 from flowproof.witness import Witness, evaluate_egress, evaluate_secret
 

@@ -20,10 +20,10 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flowproof.model import Turn, Usage
 from flowproof.outcome import AssertionResult, Mismatch
 from flowproof.spec.types import BudgetAssertion, Metric, Price
 from flowproof.trajectory import Trajectory
+from flowproof.turns import Turn, Usage
 
 __all__ = ["TurnCost", "evaluate_budget", "price_of", "turn_cost", "usage_of"]
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowproof.excerpt import cut_pair, first_difference
-from flowproof.model import Turn
 from flowproof.outcome import AssertionResult, Mismatch
 from flowproof.spec.types import CachePrefixAssertion
 from flowproof.trajectory import Trajectory
+from flowproof.turns import Turn
 from flowproof.wire.prefix import CachePart, cache_parts
 
 __all__ = ["CacheBreak", "cache_breaks", "evaluate_cache_prefix"]

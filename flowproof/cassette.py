@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from flowproof import __version__
-from flowproof.commands import GENERIC_RECORD_COMMAND
+from flowproof.advice import GENERIC_RECORD_COMMAND
 from flowproof.errors import CassetteError, CassetteNotFoundError
 from flowproof.files import UnreadableFileError, read_regular_file
 from flowproof.mcp import McpExchange, exchange_from_json, exchange_to_json

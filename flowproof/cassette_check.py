@@ -23,7 +23,7 @@ from typing import Any
 from flowproof.cassette import Cassette, RecordedTurn
 from flowproof.errors import CassetteError, FlowproofError
 from flowproof.mcp.refused import exchange_outcomes, refused_servers, session_outcomes
-from flowproof.model import Turn
+from flowproof.turns import Turn
 from flowproof.views import turn_views
 from flowproof.wire.frames import frame_codec_by_name
 

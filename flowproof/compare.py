@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from flowproof.divergence import ABSENT, diff_fields, format_pair
-from flowproof.model import FinishReason, ResponseView, ToolCall
+from flowproof.turns import FinishReason, ResponseView, ToolCall
 
 __all__ = [
     "CompareResult",

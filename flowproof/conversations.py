@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flowproof.model import Turn
+from flowproof.turns import Turn
 from flowproof.wire.prefix import conversation_items
 
 __all__ = ["Conversation", "Conversations", "group_conversations"]

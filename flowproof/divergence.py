@@ -20,10 +20,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from flowproof.commands import GENERIC_RECORD_COMMAND
+from flowproof.advice import GENERIC_RECORD_COMMAND
 from flowproof.excerpt import first_difference, window
-from flowproof.model import RequestView
 from flowproof.normalize import looks_like_per_run_id, suggest_rule
+from flowproof.turns import RequestView
 from flowproof.wire.providers import PROVIDERS, provider
 
 if TYPE_CHECKING:

@@ -46,10 +46,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from urllib.parse import urlsplit
 
-from flowproof.model import ToolCall, Turn
 from flowproof.run_record import ReplayMiss, RunRecord, RunTurn
 from flowproof.subagents import SubAgent
 from flowproof.trajectory import BoundaryCall, Trajectory, build_trajectory
+from flowproof.turns import ToolCall, Turn
 from flowproof.wire.providers import genai_provider, provider
 
 __all__ = [

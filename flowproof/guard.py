@@ -23,9 +23,9 @@ from typing import Any
 
 from flowproof.assertions import check_clause, describe_assertion
 from flowproof.mcp import mcp_tool_of
-from flowproof.model import ToolCall
 from flowproof.spec.types import FlowSpec, ToolCallAssertion
 from flowproof.trajectory import MCP, MODEL, Trajectory
+from flowproof.turns import ToolCall
 
 __all__ = ["COMPLIANCE_WARNING", "GuardEvidence", "guard_evidence"]
 

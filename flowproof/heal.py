@@ -17,7 +17,7 @@ from typing import Any
 from flowproof.cassette import Cassette, RecordedTurn
 from flowproof.errors import FlowproofError
 from flowproof.excerpt import first_difference
-from flowproof.model import ToolCall, Turn
+from flowproof.turns import ToolCall, Turn
 from flowproof.views import turn_views
 
 __all__ = ["ReadableTurn", "diff_cassettes", "readable_turns", "short_text"]

@@ -44,9 +44,9 @@ from flowproof.compare import (
 )
 from flowproof.divergence import diff_fields, envelope_changes
 from flowproof.errors import FlowproofError
-from flowproof.model import FinishReason, RequestView, ResponseView, Turn
 from flowproof.normalize import looks_like_per_run_id
 from flowproof.trajectory import Chains, build_trajectory
+from flowproof.turns import FinishReason, RequestView, ResponseView, Turn
 
 __all__ = ["Call", "Pairer", "UnreadableTurnError", "depth_of"]
 

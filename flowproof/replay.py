@@ -30,9 +30,9 @@ from typing import Any
 
 from flowproof.cassette import Cassette, RecordedTurn
 from flowproof.divergence import ClosestTurns, Divergence, explain_miss
-from flowproof.model import RequestView
 from flowproof.options import Route
 from flowproof.request_key import match_key
+from flowproof.turns import RequestView
 from flowproof.views import request_view, turn_path_fields
 from flowproof.wire import with_path_fields
 

@@ -29,7 +29,7 @@ from flowproof.cassette import Cassette, RecordedTurn
 from flowproof.compare import CompareResult
 from flowproof.divergence import Divergence, missing_calls
 from flowproof.errors import FlowproofError
-from flowproof.events import (
+from flowproof.log_events import (
     ComparedEvent,
     DivergenceEvent,
     DoneEvent,
@@ -48,8 +48,8 @@ from flowproof.events import (
     TurnEvent,
 )
 from flowproof.mcp import McpCall
-from flowproof.model import Turn
 from flowproof.trajectory import Trajectory, build_trajectory
+from flowproof.turns import Turn
 from flowproof.views import turn_views
 from flowproof.witness import EgressHost, SecretLeak, Witness
 

@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from flowproof.families import spawn_tool_names
-from flowproof.model import Turn
 from flowproof.spec.types import PromptScope, SubagentScope
 from flowproof.subagents import SubAgent
 from flowproof.trajectory import Trajectory, narrow
+from flowproof.turns import Turn
 
 __all__ = ["Scope", "Resolution", "prompt_of", "resolve_scope", "turn_span"]
 

@@ -26,7 +26,7 @@ from flowproof.families import (
     names_match,
     spawn_of,
 )
-from flowproof.model import FinishReason, ToolCall, Turn
+from flowproof.turns import FinishReason, ToolCall, Turn
 
 __all__ = ["AgentTree", "SubAgent", "build_agents", "final_answer"]
 

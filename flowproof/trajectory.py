@@ -29,7 +29,7 @@ trajectory knows its conversations (which request continues which,
 sub-agents its spawn calls started, each with its own thread. The reply rule
 is unchanged by them.
 
-Pure: no I/O, no provider branching; it reads only `flowproof.model` values.
+Pure: no I/O, no provider branching; it reads only `flowproof.turns` values.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from dataclasses import dataclass, replace
 
 from flowproof.conversations import Conversations, group_conversations
 from flowproof.mcp import McpCall, mcp_tool_of
-from flowproof.model import FinishReason, RequestView, ToolCall, Turn
 from flowproof.subagents import AgentTree, build_agents
+from flowproof.turns import FinishReason, RequestView, ToolCall, Turn
 
 __all__ = [
     "MCP",

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from flowproof.advice import record_command as flow_record_command
 from flowproof.assertions import AssertionResult, Mismatch, describe_assertion, evaluate
 from flowproof.cassette import Cassette
 from flowproof.cassette_check import error_turns
-from flowproof.commands import record_command as flow_record_command
 from flowproof.compare import CompareResult
 from flowproof.coverage import unused_mocks
 from flowproof.errors import (
@@ -48,14 +48,14 @@ from flowproof.errors import (
     EXIT_USAGE,
     FlowproofError,
 )
-from flowproof.events import ErrorKind
 from flowproof.genai_spans import SpanRecord
 from flowproof.guard import guard_evidence
-from flowproof.model import ToolCall, Turn
+from flowproof.log_events import ErrorKind
 from flowproof.options import Mode
 from flowproof.run_record import EMPTY_RUN, Miss, MissingCalls, RunRecord
 from flowproof.spec.types import FlowSpec, ParallelCallsAssertion, SubagentAssertion, ToolCallAssertion
 from flowproof.trajectory import MCP, Trajectory, boundary_of
+from flowproof.turns import ToolCall, Turn
 from flowproof.wire import codec_by_name
 
 __all__ = [

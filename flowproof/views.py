@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.errors import WireError
-from flowproof.model import FinishReason, RequestView, ResponseView, Turn
+from flowproof.turns import FinishReason, RequestView, ResponseView, Turn
 from flowproof.wire import Codec, codec_by_name, with_path_fields
 from flowproof.wire.frames import frames_as_events
 

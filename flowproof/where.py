@@ -16,11 +16,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from flowproof.model import ToolCall
 from flowproof.outcome import excerpt, json_text, quote, show
 from flowproof.spec.paths import resolve_path
 from flowproof.spec.patterns import PatternTimeout, compile_bounded
 from flowproof.spec.types import Clause, Matcher
+from flowproof.turns import ToolCall
 
 __all__ = ["ClauseCheck", "check_clause", "describe_clause", "matches_all"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from flowproof.model import FinishReason, ResponseView, ToolCall, Turn, Usage
+from flowproof.turns import FinishReason, ResponseView, ToolCall, Turn, Usage
 from flowproof.wire import codec_by_name
 
 MAIN_SYSTEM = "You are an interactive agent that helps users with software engineering tasks."
@@ -99,7 +99,7 @@ def spec_of(steps: str, head: str = "", environ: dict[str, str] | None = None): 
 
 def request_view(system: str = MAIN_SYSTEM):  # type: ignore[no-untyped-def]
     """A plain request view (no body) for tests about responses only."""
-    from flowproof.model import RequestView
+    from flowproof.turns import RequestView
 
     return RequestView("openai-chat", "gpt-x", system, (), ("user",), (), False, 10)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from flowproof.agent_checks import evaluate_parallel, evaluate_subagent
-from flowproof.model import FinishReason, ResponseView, ToolCall, Turn
 from flowproof.spec import Location, ParallelCallsAssertion, SubagentAssertion, parse_tool_line
 from flowproof.spec.types import ToolPattern
 from flowproof.trajectory import build_trajectory
+from flowproof.turns import FinishReason, ResponseView, ToolCall, Turn
 
 from .agent_runs import claude_code_run, request_view
 

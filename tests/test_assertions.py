@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from flowproof.assertions import MISMATCH_KINDS, AssertionResult, check_clause, describe_assertion, evaluate
 from flowproof.errors import SpecError
-from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, Turn
 from flowproof.spec import parse_tool_line, resolve_variables
 from flowproof.spec.types import (
     AgentSpec,
@@ -26,6 +25,7 @@ from flowproof.spec.types import (
     ToolCallAssertion,
 )
 from flowproof.trajectory import Trajectory, build_trajectory
+from flowproof.turns import FinishReason, RequestView, ResponseView, ToolCall, Turn
 
 LOC = Location("booking.flow.yaml", 7, 5)
 SYSTEM = "You are a booking assistant."

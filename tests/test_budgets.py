@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from flowproof.budgets import evaluate_budget, price_of, turn_cost
-from flowproof.model import Usage
 from flowproof.spec import BudgetAssertion, Location, Metric, Price
 from flowproof.trajectory import build_trajectory
+from flowproof.turns import Usage
 
 from .agent_runs import claude_code_run
 

@@ -446,7 +446,7 @@ from flowproof.cassette import (  # noqa: E402 — the WebSocket half of this fi
     RecordedConnection,
     TurnRef,
 )
-from flowproof.model import FinishReason  # noqa: E402
+from flowproof.turns import FinishReason  # noqa: E402
 from flowproof.views import turn_views  # noqa: E402
 from flowproof.wire.base import Frame  # noqa: E402
 

@@ -21,7 +21,7 @@ from flowproof.compare import (
     record_on_span,
 )
 from flowproof.divergence import ABSENT
-from flowproof.model import FinishReason, ResponseView, ToolCall
+from flowproof.turns import FinishReason, ResponseView, ToolCall
 
 
 def booking(

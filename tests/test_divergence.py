@@ -19,8 +19,8 @@ from flowproof.divergence import (
     format_pair,
     format_value,
 )
-from flowproof.model import RequestView
 from flowproof.spec.paths import resolve_path
+from flowproof.turns import RequestView
 
 SYSTEM = "You are a booking assistant. Always confirm before booking."
 TOOL = {"type": "function", "function": {"name": "search_flights", "parameters": {"type": "object"}}}

@@ -10,14 +10,6 @@ from hypothesis import strategies as st
 
 from flowproof.cassette import RecordedRequest, RecordedResponse, RecordedTurn
 from flowproof.divergence import Divergence
-from flowproof.events import (
-    DivergenceEvent,
-    Event,
-    McpCallEvent,
-    ReplayedTurnEvent,
-    RequestStartedEvent,
-    TurnEvent,
-)
 from flowproof.genai_spans import (
     CallFacts,
     RunFacts,
@@ -27,10 +19,18 @@ from flowproof.genai_spans import (
     call_facts,
     run_spans,
 )
+from flowproof.log_events import (
+    DivergenceEvent,
+    Event,
+    McpCallEvent,
+    ReplayedTurnEvent,
+    RequestStartedEvent,
+    TurnEvent,
+)
 from flowproof.mcp import McpCall
-from flowproof.model import FinishReason, ResponseView, ToolCall, Usage
 from flowproof.run_record import ReplayMiss, read_run
 from flowproof.trajectory import build_trajectory
+from flowproof.turns import FinishReason, ResponseView, ToolCall, Usage
 
 from .agent_runs import (
     GREP,

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from flowproof.guard import COMPLIANCE_WARNING, guard_evidence
 from flowproof.mcp import McpCall
-from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, Turn
 from flowproof.spec import load_spec
 from flowproof.trajectory import build_trajectory
+from flowproof.turns import FinishReason, RequestView, ResponseView, ToolCall, Turn
 
 SPEC = """\
 name: guard

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowproof.compare import Difference
-from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult, Turn
 from flowproof.pairing import Call, Pairer, UnreadableTurnError, depth_of
+from flowproof.turns import FinishReason, RequestView, ResponseView, ToolCall, ToolResult, Turn
 
 MAIN = "You book flights."
 TITLE = "Write a five-word title for this conversation."

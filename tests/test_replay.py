@@ -14,9 +14,9 @@ from flowproof.cassette import (
     RecordedTurn,
 )
 from flowproof.divergence import missing_calls
-from flowproof.model import RequestView
 from flowproof.replay import Miss, Replay, Replayer, route_mismatch
 from flowproof.request_key import body_sha256
+from flowproof.turns import RequestView
 from flowproof.views import request_view
 
 

@@ -9,7 +9,7 @@ from flowproof.cassette_check import check_cassette
 from flowproof.compare import compare_responses
 from flowproof.divergence import Divergence, FieldChange
 from flowproof.errors import WireError
-from flowproof.events import (
+from flowproof.log_events import (
     ComparedEvent,
     DivergenceEvent,
     DoneEvent,
@@ -25,8 +25,8 @@ from flowproof.events import (
     TurnEvent,
     parse_events,
 )
-from flowproof.model import FinishReason, ResponseView
 from flowproof.run_record import EMPTY_RUN, McpMiss, ReplayMiss, RunError, TlsFailure, read_run
+from flowproof.turns import FinishReason, ResponseView
 
 from .runner.helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from flowproof.conversations import group_conversations
-from flowproof.model import ToolCall
 from flowproof.subagents import build_agents
+from flowproof.turns import ToolCall
 
 from .agent_runs import (
     SPAWN,

@@ -7,8 +7,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, Turn
 from flowproof.trajectory import build_trajectory, thread_key
+from flowproof.turns import FinishReason, RequestView, ResponseView, ToolCall, Turn
 
 MAIN_SYSTEM = "You are a booking assistant. Use the tools."
 TITLE_SYSTEM = "Generate a concise, sentence-case title (3-7 words)."

@@ -13,7 +13,7 @@ from flowproof.cassette import loads_cassette
 from flowproof.compare import compare_responses, missing_result
 from flowproof.divergence import Divergence
 from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK, WireError
-from flowproof.events import (
+from flowproof.log_events import (
     ComparedEvent,
     DivergenceEvent,
     DoneEvent,
@@ -24,9 +24,9 @@ from flowproof.events import (
     TlsFailedEvent,
     parse_events,
 )
-from flowproof.model import FinishReason, ResponseView
 from flowproof.run_record import read_run
 from flowproof.spec import FlowSpec, load_spec
+from flowproof.turns import FinishReason, ResponseView
 from flowproof.verdict import Advice, StepResult, Verdict, agent_error, decide_exit, judge
 
 from .runner.helpers import BOOKING_TURNS, SPEC, cassette_text, chat_turn, turn_events
@@ -353,7 +353,7 @@ class TestAbandonedCalls:
 def test_a_spec_error_in_a_step_is_exit_2_and_rejects_the_recording() -> None:
     """A model the run called with no price is the spec's mistake, not the agent's."""
     from flowproof.errors import EXIT_USAGE
-    from flowproof.events import DoneEvent
+    from flowproof.log_events import DoneEvent
     from flowproof.verdict import StepResult, decide_exit
 
     class Run:

@@ -9,8 +9,8 @@ import pytest
 
 from flowproof.cassette import RecordedRequest, RecordedResponse, RecordedTurn
 from flowproof.errors import WireError
-from flowproof.model import FinishReason
 from flowproof.request_key import body_sha256
+from flowproof.turns import FinishReason
 from flowproof.views import request_view, turn_path_fields, turn_views
 from flowproof.wire import CODEC_NAMES, codec_by_name
 from flowproof.wire.sse import SSEEvent, canonical_raw

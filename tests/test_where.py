@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from flowproof.model import ToolCall
 from flowproof.spec import Location, parse_tool_line
+from flowproof.turns import ToolCall
 from flowproof.where import check_clause, describe_clause, matches_all
 
 

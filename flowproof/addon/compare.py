@@ -17,9 +17,9 @@ from flowproof.addon.live import LiveCalls
 from flowproof.addon.shared import Shared, log
 from flowproof.cassette import Cassette, RecordedTurn
 from flowproof.errors import FlowproofError
-from flowproof.events import ComparedEvent, DoneEvent, DriftEvent, ErrorEvent, ErrorKind
-from flowproof.model import Turn
+from flowproof.log_events import ComparedEvent, DoneEvent, DriftEvent, ErrorEvent, ErrorKind
 from flowproof.options import Mode
+from flowproof.turns import Turn
 from flowproof.views import request_view, turn_views
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from flowproof.addon.warm import BuildState, WarmSessions
 from flowproof.addon.witness import Witness
 from flowproof.cassette import load_cassette
 from flowproof.errors import FlowproofError, SpecError
-from flowproof.events import Listener, ReadyEvent, TlsFailedEvent
+from flowproof.log_events import Listener, ReadyEvent, TlsFailedEvent
 from flowproof.options import OPTIONS, Mode, ProxyOptions
 from flowproof.replay import Replayer, route_mismatch
 from flowproof.wire import is_model_host

@@ -1,6 +1,6 @@
 """The JSON-lines event log the runner reads (``flowproof_report``; schema in docs/internals.md).
 
-One typed event (`flowproof.events`) a line, flushed per line, so a runner
+One typed event (`flowproof.log_events`) a line, flushed per line, so a runner
 polling the file sees each event as soon as it happens. A warm proxy runs a
 session's hooks on that session's worker thread while the event loop may log for
 it too (a TLS failure, an aborted close), so each line is written under a lock.
@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from flowproof.events import Event
+from flowproof.log_events import Event
 
 __all__ = ["EventLog"]
 

@@ -22,7 +22,7 @@ from flowproof.addon.shared import Shared, content_of, elapsed_ms, log, refuse_u
 from flowproof.addon.websocket import LiveSockets
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.errors import FlowproofError
-from flowproof.events import ErrorEvent, ErrorKind, TurnEvent
+from flowproof.log_events import ErrorEvent, ErrorKind, TurnEvent
 from flowproof.options import Mode
 from flowproof.recorder import (
     PendingCall,

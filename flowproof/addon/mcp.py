@@ -36,7 +36,7 @@ from mitmproxy import http
 from flowproof.addon.live import client_left
 from flowproof.addon.mcp_stdio import StdioRelay
 from flowproof.addon.shared import Shared, content_of, log
-from flowproof.events import ErrorEvent, ErrorKind, McpCallEvent, McpDivergenceEvent, McpRejectedEvent
+from flowproof.log_events import ErrorEvent, ErrorKind, McpCallEvent, McpDivergenceEvent, McpRejectedEvent
 from flowproof.mcp import (
     SESSION_PLACEHOLDER,
     Answer,

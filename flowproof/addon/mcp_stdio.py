@@ -31,7 +31,7 @@ from typing import Any
 from mitmproxy import http
 
 from flowproof.addon.shared import Shared, log
-from flowproof.events import ErrorEvent, ErrorKind, McpCallEvent, McpDivergenceEvent, McpRejectedEvent
+from flowproof.log_events import ErrorEvent, ErrorKind, McpCallEvent, McpDivergenceEvent, McpRejectedEvent
 from flowproof.mcp import REPLAY_MISS, Answer, Reject, decide, error_response, request_ids
 from flowproof.mcp.jsonrpc import methods_of
 from flowproof.mcp.stdio import (

@@ -8,7 +8,7 @@ from flowproof.addon.live import LiveCalls
 from flowproof.addon.shared import Shared, log
 from flowproof.cassette import Cassette, RecordedTurn, save_cassette
 from flowproof.errors import FlowproofError
-from flowproof.events import DoneEvent, ErrorEvent, ErrorKind
+from flowproof.log_events import DoneEvent, ErrorEvent, ErrorKind
 from flowproof.options import Mode
 
 __all__ = ["Record"]

@@ -17,7 +17,7 @@ from flowproof.addon.hold import HOLD_HEADER, Held, HoldServer
 from flowproof.addon.shared import JSON_HEADERS, Shared, elapsed_ms, log, refuse_unhandled
 from flowproof.addon.websocket import ReplaySockets
 from flowproof.cassette import RecordedResponse, RecordedTurn
-from flowproof.events import DivergenceEvent, ReplayedTurnEvent
+from flowproof.log_events import DivergenceEvent, ReplayedTurnEvent
 from flowproof.replay import Miss
 from flowproof.request_key import PreparedRequest
 from flowproof.views import request_view

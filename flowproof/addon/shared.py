@@ -15,12 +15,12 @@ from mitmproxy import http
 
 from flowproof.addon.eventlog import EventLog
 from flowproof.addon.options import AddonConfig
+from flowproof.advice import addon_record_command, record_command
 from flowproof.cassette import RecordedTurn
-from flowproof.commands import addon_record_command, record_command
 from flowproof.content_encoding import DecodedTooLargeError, decode_content, is_identity
 from flowproof.errors import FlowproofError
-from flowproof.events import DoneEvent, ErrorEvent, ErrorKind, RequestStartedEvent
 from flowproof.log import addon_logger
+from flowproof.log_events import DoneEvent, ErrorEvent, ErrorKind, RequestStartedEvent
 from flowproof.mcp import McpExchange
 from flowproof.mcp.stdio import StdioRecording
 from flowproof.options import Route

@@ -56,7 +56,7 @@ from mitmproxy import ctx, exceptions, http
 from mitmproxy.proxy import mode_specs
 
 from flowproof.addon.shared import JSON_HEADERS, Shared, log
-from flowproof.events import ErrorEvent, ErrorKind, Listener, ReadyEvent
+from flowproof.log_events import ErrorEvent, ErrorKind, Listener, ReadyEvent
 from flowproof.options import ProxyOptions, from_json
 
 __all__ = ["CLOSE_WAIT", "BuildState", "Session", "WarmSessions"]

@@ -39,7 +39,7 @@ from wsproto.utilities import generate_accept_token
 from flowproof.addon.hold import HOLD_HEADER, Held, HoldServer
 from flowproof.addon.shared import Shared, log, refuse_websocket
 from flowproof.cassette import LooseFrame, RecordedConnection, RecordedTurn, TurnRef
-from flowproof.events import DivergenceEvent, ErrorEvent, ErrorKind, ReplayedTurnEvent, TurnEvent
+from flowproof.log_events import DivergenceEvent, ErrorEvent, ErrorKind, ReplayedTurnEvent, TurnEvent
 from flowproof.recorder import PendingFrames
 from flowproof.redact import filter_headers
 from flowproof.replay import Miss

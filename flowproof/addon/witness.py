@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from mitmproxy import http
 
 from flowproof.addon.shared import Shared, content_of, log
-from flowproof.events import EgressEvent, SecretLeakEvent
+from flowproof.log_events import EgressEvent, SecretLeakEvent
 from flowproof.mcp import McpRoute
 from flowproof.wire import detect, is_model_host
 from flowproof.witness import EgressHost, Role, find_leaks

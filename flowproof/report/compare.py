@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flowproof.compare import CompareResult
-from flowproof.model import FinishReason
+from flowproof.turns import FinishReason
 
 __all__ = ["first_drift", "junit_cases", "report_json", "report_lines"]
 

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from flowproof.mcp import McpCall
-from flowproof.model import ToolCall, Turn
 from flowproof.redact import redact_data
 from flowproof.report.json_report import render_json_doc
 from flowproof.trajectory import Trajectory
+from flowproof.turns import ToolCall, Turn
 from flowproof.verdict import FlowResult
 
 __all__ = ["CSP", "conversation_json", "first_bad_turn", "flow_conversation", "html_report", "render_html"]

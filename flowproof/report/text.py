@@ -17,7 +17,7 @@ from flowproof.errors import (
     EXIT_OK,
     EXIT_USAGE,
 )
-from flowproof.events import ErrorKind
+from flowproof.log_events import ErrorKind
 from flowproof.options import Mode
 from flowproof.printable import printable
 from flowproof.redact import redact_text

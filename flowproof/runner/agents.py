@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from flowproof.errors import AgentError, FlowproofError
-from flowproof.events import ReplayedTurnEvent, TurnEvent, parse_event
-from flowproof.model import Turn
+from flowproof.log_events import ReplayedTurnEvent, TurnEvent, parse_event
+from flowproof.turns import Turn
 from flowproof.views import turn_views
 
 #: Bytes of stdout/stderr kept per stream (the tail: errors are printed last).

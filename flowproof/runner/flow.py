@@ -21,9 +21,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from flowproof.advice import record_command
 from flowproof.cassette import Cassette, load_cassette
 from flowproof.cassette_check import check_cassette
-from flowproof.commands import record_command
 from flowproof.errors import (
     EXIT_USAGE,
     AgentError,
@@ -32,8 +32,7 @@ from flowproof.errors import (
     FlowproofError,
     Interrupted,
 )
-from flowproof.events import parse_events
-from flowproof.model import Turn
+from flowproof.log_events import parse_events
 from flowproof.options import Mode, ProxyOptions, Route, Transport, Upstream, choose, listeners_for, with_spec
 from flowproof.runner.agents import AgentRun, EventSource, run_command_agent, run_url_agent
 from flowproof.runner.env import (
@@ -61,6 +60,7 @@ from flowproof.runner.recording import Staging
 from flowproof.spec import load_spec, resolve_variables
 from flowproof.spec.types import AgentSpec
 from flowproof.spec.variables import resolve_handles
+from flowproof.turns import Turn
 from flowproof.verdict import Advice, FlowResult
 
 #: How flowproof-run words what to do about a recording it refused.

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from flowproof.cassette import Cassette, load_cassette
 from flowproof.errors import FlowproofError
-from flowproof.events import Event
-from flowproof.model import Turn
+from flowproof.log_events import Event
 from flowproof.run_record import read_run
 from flowproof.runner.recording import Staging
 from flowproof.spec import FlowSpec
+from flowproof.turns import Turn
 from flowproof.verdict import Advice, AgentOutcome, FlowResult, call_label, judge, usage_summary
 
 __all__ = ["judge_flow"]

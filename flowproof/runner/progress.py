@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from flowproof.errors import FlowproofError
-from flowproof.events import (
+from flowproof.log import TERMINAL, get_logger
+from flowproof.log_events import (
     DivergenceEvent,
     ErrorEvent,
     Event,
@@ -38,10 +39,9 @@ from flowproof.events import (
     TurnEvent,
     parse_event,
 )
-from flowproof.log import TERMINAL, get_logger
-from flowproof.model import Turn
 from flowproof.options import Mode
 from flowproof.runner.agents import EventSource, answer_complete
+from flowproof.turns import Turn
 from flowproof.views import request_view, turn_path_fields
 from flowproof.wire import with_path_fields
 

@@ -39,8 +39,7 @@ from flowproof.errors import (
     FlowFailure,
     FlowproofError,
 )
-from flowproof.events import Event, parse_events
-from flowproof.model import Turn
+from flowproof.log_events import Event, parse_events
 from flowproof.options import Mode, ProxyOptions, Route, choose, host_settings, listeners_for
 from flowproof.redact import secret_values
 from flowproof.report.text import flow_report
@@ -52,6 +51,7 @@ from flowproof.runner.otel import flow_spans
 from flowproof.runner.proxy import FlowProxy, ProxyPool, scratch_prefix, start_proxy
 from flowproof.runner.recording import Staging
 from flowproof.trajectory import Trajectory
+from flowproof.turns import Turn
 from flowproof.verdict import Advice, FlowResult
 
 __all__ = ["ProxySession", "session_report"]

@@ -27,7 +27,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from flowproof.errors import WireError
-from flowproof.model import RequestView
+from flowproof.turns import RequestView
 from flowproof.wire import anthropic, gemini, openai_chat, openai_responses
 from flowproof.wire.base import Codec
 from flowproof.wire.providers import PROVIDERS, Provider, model_host_suffixes, model_hosts, provider

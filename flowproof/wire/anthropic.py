@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowproof.errors import WireError
-from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
+from flowproof.turns import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
 from flowproof.wire._json import FieldReader, compact_dumps, error_message, event_type, json_kind
 from flowproof.wire.sse import SSEEvent
 from flowproof.wire.usage import anthropic_usage

@@ -1,7 +1,7 @@
 """The seam between provider bytes and the normalized model: the `Codec` protocol.
 
 One codec per model API (``openai_chat``, ``openai_responses``, ``anthropic``,
-``gemini``). Every method is pure: bytes in, `flowproof.model` values or bytes
+``gemini``). Every method is pure: bytes in, `flowproof.turns` values or bytes
 out. A body that is not what the codec expects raises `flowproof.errors.WireError`
 naming the provider and the field, never a raw KeyError/TypeError.
 """
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from flowproof.model import RequestView, ResponseView
+from flowproof.turns import RequestView, ResponseView
 from flowproof.wire.sse import SSEEvent
 
 

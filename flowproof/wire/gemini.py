@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flowproof.errors import WireError
-from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
+from flowproof.turns import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
 from flowproof.wire._json import FieldReader, compact_dumps, error_message, event_payload
 from flowproof.wire.sse import SSEEvent
 from flowproof.wire.usage import gemini_usage

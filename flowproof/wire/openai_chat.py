@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowproof.errors import WireError
-from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
+from flowproof.turns import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
 from flowproof.wire._json import (
     content_text,
     dump_body,

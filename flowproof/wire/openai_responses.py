@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flowproof.errors import WireError
-from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
+from flowproof.turns import FinishReason, RequestView, ResponseView, ToolCall, ToolResult
 from flowproof.wire._json import (
     compact_json,
     content_text,

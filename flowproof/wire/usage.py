@@ -1,4 +1,4 @@
-"""Token usage from each provider's own response fields, as one `flowproof.model.Usage`.
+"""Token usage from each provider's own response fields, as one `flowproof.turns.Usage`.
 
 ``Usage.input_tokens`` counts every input token the call consumed, cache reads
 and writes included, and ``output_tokens`` every output token, reasoning
@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from flowproof.model import ResponseView, Usage
+from flowproof.turns import ResponseView, Usage
 
 __all__ = ["anthropic_usage", "chat_usage", "gemini_usage", "responses_usage", "with_usage"]
 

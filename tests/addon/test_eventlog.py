@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from flowproof.addon.eventlog import EventLog
-from flowproof.events import DoneEvent, ErrorEvent, ErrorKind, Listener, ReadyEvent
+from flowproof.log_events import DoneEvent, ErrorEvent, ErrorKind, Listener, ReadyEvent
 
 
 class TestEventLog:

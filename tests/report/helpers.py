@@ -10,12 +10,12 @@ from flowproof.cassette import Cassette, loads_cassette
 from flowproof.compare import compare_responses, missing_result
 from flowproof.divergence import Divergence, FieldChange
 from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK
-from flowproof.events import parse_events
-from flowproof.model import FinishReason, ResponseView, ToolCall
+from flowproof.log_events import parse_events
 from flowproof.run_record import MissingCalls, ReplayMiss
 from flowproof.runner.agents import AgentRun
 from flowproof.runner.flow import ADVICE
 from flowproof.runner.judge import judge_flow
+from flowproof.turns import FinishReason, ResponseView, ToolCall
 from flowproof.verdict import FlowResult, StepResult
 
 from ..runner.helpers import cassette_text

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from flowproof.model import FinishReason
 from flowproof.report.compare import first_drift, junit_cases, report_json, report_lines
+from flowproof.turns import FinishReason
 
 from ..test_compare import booking, compare, drifted, text
 

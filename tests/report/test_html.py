@@ -10,9 +10,9 @@ import pytest
 
 from flowproof.divergence import Divergence, FieldChange
 from flowproof.mcp import McpCall
-from flowproof.model import FinishReason, RequestView, ResponseView, ToolCall, ToolResult, Turn
 from flowproof.report.html import CSP, conversation_json, first_bad_turn, flow_conversation, html_report, render_html
 from flowproof.trajectory import build_trajectory
+from flowproof.turns import FinishReason, RequestView, ResponseView, ToolCall, ToolResult, Turn
 from flowproof.verdict import FlowResult
 
 from ..runner.helpers import BOOKING_TURNS as CASSETTE_TURNS

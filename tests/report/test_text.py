@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_OK
-from flowproof.events import ErrorKind
+from flowproof.log_events import ErrorKind
 from flowproof.report.text import next_step, render_text, worst_exit
 from flowproof.run_record import MissingCalls, RunError, RunRecord
 from flowproof.verdict import StepResult

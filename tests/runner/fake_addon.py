@@ -22,7 +22,7 @@ from flowproof.addon import Flowproof
 from flowproof.addon.eventlog import EventLog
 from flowproof.addon.options import AddonConfig
 from flowproof.addon.shared import Shared
-from flowproof.events import Event, ReadyEvent
+from flowproof.log_events import Event, ReadyEvent
 from flowproof.options import ProxyOptions, to_json
 
 

@@ -240,7 +240,7 @@ class TestRecord:
 def result_json(kind: str = "paired", equal: bool = True, turn: int | None = 0) -> dict:
     """A compare result as the addon logs it."""
     from flowproof.compare import compare_responses, extra_result, missing_result
-    from flowproof.model import FinishReason, ResponseView
+    from flowproof.turns import FinishReason, ResponseView
 
     said = ResponseView("Booked.", (), FinishReason.STOP)
     if kind == "extra":

@@ -11,7 +11,7 @@ import pytest
 from flowproof.cassette import loads_cassette
 from flowproof.cassette_check import check_cassette
 from flowproof.errors import EXIT_AGENT, EXIT_OK, Interrupted
-from flowproof.events import parse_events
+from flowproof.log_events import parse_events
 from flowproof.report.html import flow_conversation
 from flowproof.runner.agents import AgentRun
 from flowproof.runner.flow import ADVICE

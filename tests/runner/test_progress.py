@@ -16,7 +16,8 @@ import structlog
 
 from flowproof.cassette import loads_cassette, turn_from_json
 from flowproof.cassette_check import check_cassette
-from flowproof.events import (
+from flowproof.log import TERMINAL
+from flowproof.log_events import (
     DivergenceEvent,
     DoneEvent,
     ErrorEvent,
@@ -26,7 +27,6 @@ from flowproof.events import (
     ReplayedTurnEvent,
     TurnEvent,
 )
-from flowproof.log import TERMINAL
 from flowproof.runner.progress import FlowWatch, Progress, call_fields, fit, status_line_enabled
 
 from .helpers import BOOKING_TURNS, cassette_text, chat_turn, turn_events

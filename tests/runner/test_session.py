@@ -19,9 +19,9 @@ from flowproof.errors import (
     FlowFailure,
     FlowproofError,
 )
-from flowproof.model import FinishReason, ResponseView
 from flowproof.runner.env import PLACEHOLDER_KEY, CAFiles
 from flowproof.runner.session import ProxySession, session_report
+from flowproof.turns import FinishReason, ResponseView
 
 from .conftest import FAKE_ADDON
 from .helpers import BOOKING_TURNS, cassette_text, turn_events, write_script

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from flowproof.model import RequestView, ResponseView
+from flowproof.turns import RequestView, ResponseView
 from flowproof.wire.base import Codec
 from flowproof.wire.sse import SSEEvent, parse_sse
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flowproof.errors import WireError
-from flowproof.model import FinishReason
+from flowproof.turns import FinishReason
 from flowproof.wire.anthropic import CODEC, AnthropicCodec
 from flowproof.wire.sse import SSEDecoder, SSEEvent, make_event, parse_sse
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flowproof.errors import WireError
-from flowproof.model import FinishReason
+from flowproof.turns import FinishReason
 from flowproof.wire.gemini import CODEC, GeminiCodec, model_from_path
 from flowproof.wire.sse import SSEDecoder, SSEEvent, make_event, parse_sse
 

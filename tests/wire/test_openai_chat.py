@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from flowproof.errors import WireError
-from flowproof.model import FinishReason, ToolResult
+from flowproof.turns import FinishReason, ToolResult
 from flowproof.wire.openai_chat import CODEC
 from flowproof.wire.sse import SSEDecoder, encode_events, make_event
 

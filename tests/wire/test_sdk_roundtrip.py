@@ -25,8 +25,8 @@ import pytest
 from google import genai
 from google.genai import types as gtypes
 
-from flowproof.model import FinishReason, RequestView, ResponseView
 from flowproof.testing import Exchange, FakeModelServer, Reply
+from flowproof.turns import FinishReason, RequestView, ResponseView
 from flowproof.wire import Codec, codec_by_name, detect, parse_sse
 from flowproof.wire.gemini import model_from_path
 

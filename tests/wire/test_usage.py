@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowproof.model import Usage
+from flowproof.turns import Usage
 from flowproof.wire import codec_by_name
 from flowproof.wire.usage import anthropic_usage, chat_usage, gemini_usage, responses_usage
 

@@ -8,7 +8,7 @@ import pytest
 
 from flowproof.cassette import loads_cassette
 from flowproof.errors import CassetteError
-from flowproof.events import (
+from flowproof.log_events import (
     ComparedEvent,
     DivergenceEvent,
     DoneEvent,
@@ -147,7 +147,7 @@ class TestLenientReading:
 
 class TestWitnessEvents:
     def test_round_trip(self) -> None:
-        from flowproof.events import EgressEvent, SecretLeakEvent, parse_events
+        from flowproof.log_events import EgressEvent, SecretLeakEvent, parse_events
         from flowproof.witness import EgressHost, SecretLeak
 
         host = EgressHost("exfil.test", 443, "other", "connect")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from flowproof.commands import GENERIC_RECORD_COMMAND, addon_record_command, record_command
+from flowproof.advice import GENERIC_RECORD_COMMAND, addon_record_command, record_command
 
 
 class TestRecordCommand:

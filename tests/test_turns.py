@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flowproof.model import FinishReason, ToolCall, parse_arguments
+from flowproof.turns import FinishReason, ToolCall, parse_arguments
 
 
 class TestToolCall:
