@@ -113,6 +113,10 @@ def next_step(result: FlowResult) -> str:
                     "provider's status, rate limits), then run again.")
         if result.failure == "crash":
             return "The agent crashed: fix it using its output above, then run again."
+        if result.failure == "request":
+            kept = f" (the recording is in {result.rejected})" if result.rejected else ""
+            return (f"The agent sent a model request flowproof cannot read{kept}: fix how it builds the "
+                    "request named above, then run again.")
         return "Fix the agent start-up (see the error and its output above), then run again."
     if code >= 128:
         return "flowproof-run was interrupted: nothing was recorded or checked; run it again."
