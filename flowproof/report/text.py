@@ -7,6 +7,7 @@ Pure: a `FlowResult` in, text out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from flowproof.errors import (
@@ -31,6 +32,7 @@ __all__ = [
     "flow_report",
     "guard_warnings",
     "indent",
+    "interrupted_step",
     "next_step",
     "render_flow",
     "render_text",
@@ -121,6 +123,24 @@ def next_step(result: FlowResult) -> str:
     if code >= 128:
         return "flowproof-run was interrupted: nothing was recorded or checked; run it again."
     return "Fix the problem above, then run again."
+
+
+def interrupted_step(results: Sequence[FlowResult], unfinished: Sequence[Path] = ()) -> str | None:
+    """The last lines of a run a signal interrupted after some recordings were kept (a flow
+    that passed before the signal replaced its cassette): those cassettes, and the flows that
+    recorded nothing; ``unfinished`` are the specs whose flows had no result when the runner
+    exited. None when nothing was kept (`next_step` then says so)."""
+    recorded = [r for r in results if r.mode == Mode.RECORD]
+    kept = [r for r in recorded if r.passed]
+    if not kept:
+        return None
+    lines = ["flowproof-run was interrupted; flows that finished before the signal kept their recordings:"]
+    lines += [f"  kept: {r.cassette} (cassette written, recorded by {r.spec_path})" for r in kept]
+    lines += [f"  not recorded: {r.spec_path} ({verdict_name(r.exit_code)}; its cassette is unchanged)"
+              for r in recorded if not r.passed]
+    lines += [f"  not recorded: {spec} (interrupted; its cassette is unchanged)" for spec in unfinished]
+    lines.append("Review the kept cassettes (flowproof show CASSETTE), then record the other flows again.")
+    return "\n".join(lines)
 
 
 def _unreachable_advice(result: FlowResult) -> str:
@@ -286,5 +306,6 @@ def render_text(
             last = "Review the heal diffs above and commit the cassettes."
     else:
         worst = max(failed, key=lambda r: r.exit_code)
-        last = next_step(worst)
+        # After a signal, flows that finished first may have kept their recordings: say which.
+        last = (interrupted_step(results) if worst.exit_code >= 128 else None) or next_step(worst)
     return redact_text(printable("\n\n".join(blocks) + f"\n\n{summary}.\n{last}"), secrets)
