@@ -104,9 +104,13 @@ class McpBoundary:
                 return route
         return None
 
-    # ------------------------------------------------------------------ request
-
     # ------------------------------------------------------------------ hooks
+
+    def idle(self, hook: str, flow: http.HTTPFlow) -> bool:
+        """True when ``hook`` would do nothing for ``flow`` (a warm proxy then skips it,
+        `flowproof.addon.warm.Session.idle`): the response hooks of a flow that is not MCP
+        traffic (its ``request`` decided that, and has returned)."""
+        return hook in ("responseheaders", "response", "error") and flow.id not in self._ours
 
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None or flow.error is not None:

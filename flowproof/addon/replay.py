@@ -157,6 +157,12 @@ class Replay:
         req.port = self.hold_server.port
         self.held.add(flow.id)
 
+    def idle(self, hook: str, flow: http.HTTPFlow) -> bool:
+        """True when ``hook`` would do nothing for ``flow`` (a warm proxy then skips it,
+        `flowproof.addon.warm.Session.idle`): the response hooks of a call not held, which
+        ``request`` answered and left (``response`` writes nothing: the call was logged there)."""
+        return hook in ("responseheaders", "response", "error") and flow.id not in self.held
+
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if flow.id in self.held and flow.response is not None:
             flow.response.stream = True  # the partial answer goes out as it is, never buffered

@@ -115,11 +115,30 @@ class Session:
             finally:
                 self.running = None
 
+    def idle(self, name: str, flow: object) -> bool:
+        """True when no child of the chain would act on hook ``name`` for ``flow``: each child
+        that has the hook says so through its own ``idle(name, flow)`` (one without ``idle``
+        always acts). Asked on the event loop, so a child reads there only what ``flow``'s own
+        earlier hooks wrote (they have all returned) or a set it only ever adds to."""
+        for child in self.state.addons:
+            if getattr(child, name, None) is None:
+                continue
+            idle = getattr(child, "idle", None)
+            if idle is None or not idle(name, flow):
+                return False
+        return True
+
     async def hook(self, name: str, *args: object) -> None:
         """`run_hook` after the session's earlier hooks (one at a time, in arrival order), on
         the session's worker thread; returns when it has run. The event loop serves every
         other session meanwhile. The WebSocket hooks run on the loop itself: a replayed frame
-        is injected there (mitmproxy's ``inject.websocket`` makes a task on the running loop)."""
+        is injected there (mitmproxy's ``inject.websocket`` makes a task on the running loop).
+
+        A flow's hook that no child acts on (`idle`: a replayed call's ``responseheaders`` and
+        ``response``, a host's second request) returns at once: the trip to the worker and
+        back is most of what such a hook would cost, and there is nothing to keep in order."""
+        if args and self.idle(name, args[0]):
+            return
         if self._order is None:
             self._order = asyncio.Lock()
         async with self._order:

@@ -32,6 +32,11 @@ from flowproof.witness import EgressHost, Role, find_leaks
 __all__ = ["Witness"]
 
 
+def _host_key(host: str) -> str:
+    """A host as egress counts it: case and a trailing dot do not make another host."""
+    return host.lower().rstrip(".")
+
+
 class Witness:
     """Egress and secret leaks of one flow's traffic, written to its event log."""
 
@@ -47,8 +52,20 @@ class Witness:
             return "model"
         return "other"
 
+    def idle(self, hook: str, flow: http.HTTPFlow) -> bool:
+        """True when ``hook`` would do nothing for ``flow`` (a warm proxy then skips it,
+        `flowproof.addon.warm.Session.idle`): a host already seen, no secret to look for."""
+        req = flow.request
+        if hook == "http_connect":
+            return (_host_key(req.host), req.port) in self.seen
+        if hook == "requestheaders":
+            return req.method.upper() == "CONNECT" or (_host_key(req.pretty_host), req.port) in self.seen
+        if hook == "request":
+            return not self.shared.config.secrets
+        return False
+
     def _reached(self, host: str, port: int, via: str) -> None:
-        host = host.lower().rstrip(".")
+        host = _host_key(host)
         if not host or (host, port) in self.seen:
             return
         self.seen.add((host, port))

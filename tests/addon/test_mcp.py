@@ -108,6 +108,21 @@ class TestEveryMode:
 
 
 class TestRecord:
+    def test_only_an_mcp_flow_s_response_hooks_are_work(self, tmp_path: Path) -> None:
+        """A warm proxy skips the hooks a child calls idle (`Session.idle`): an MCP flow's
+        response hooks record the exchange, so they are never idle; a model call's are."""
+        mcp, _log = boundary(tmp_path, "record")
+        flow, other = mcp_flow(tools_call(2, "list_rows", {"limit": 5})), tflow.tflow()
+        mcp.request(flow)
+        mcp.request(other)
+        for hook in ("responseheaders", "response", "error"):
+            assert not mcp.idle(hook, flow)
+            assert mcp.idle(hook, other)
+        assert not mcp.idle("request", other)
+        respond(flow, {"jsonrpc": "2.0", "id": 2, "result": {}})
+        mcp.response(flow)
+        assert mcp.recorded() and mcp.idle("response", flow)
+
     def test_forwarded_json_exchange_is_recorded(self, tmp_path: Path) -> None:
         mcp, log = boundary(tmp_path, "record")
         flow = mcp_flow(tools_call(2, "list_rows", {"limit": 5}))

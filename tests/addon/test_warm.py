@@ -208,6 +208,107 @@ class TestOneSessionCannotHoldAnother:
         assert "Handler.response hook was still running 0.2s after the agent finished" in error["text"]
 
 
+def _count_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The hooks that reached a session's chain (`Session.run_hook`), by name, in order."""
+    hops: list[str] = []
+    run_hook = Session.run_hook
+
+    def counted(self: Session, name: str, *args: object) -> None:
+        hops.append(name)
+        run_hook(self, name, *args)
+
+    monkeypatch.setattr(Session, "run_hook", counted)
+    return hops
+
+
+class TestIdleHooksStayOnTheLoop:
+    """A hook no child of the session acts on never makes the trip to the session's worker."""
+
+    async def test_a_replayed_call_takes_its_request_alone_to_the_worker(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Of a replayed call's four hooks only ``request`` does work; the host's egress is
+        written on its first request and skipped on the next."""
+        hops = _count_hops(monkeypatch)
+        with taddons.context():
+            cassette = write_cassette(tmp_path / "a.json", chat_turn(0, chat_body(), "one"),
+                                      chat_turn(1, chat_body("again"), "two"))
+            session = Session(1, build_flow_state(ProxyOptions(cassette=cassette, report=tmp_path / "a.jsonl")))
+            for body in (chat_body(), chat_body("again")):
+                flow = model_flow(body)
+                for name in ("requestheaders", "request", "responseheaders", "response"):
+                    await session.hook(name, flow)
+                assert flow.response is not None and flow.response.status_code == 200
+            session.release()
+            session.state.shared.events.close()
+        assert hops == ["requestheaders", "request", "request"]
+        assert kinds(tmp_path / "a.jsonl") == ["egress", "request_started", "turn", "request_started", "turn"]
+
+    async def test_a_held_call_still_streams_its_answer(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """An abandoned turn is replayed through the hold server: its response headers must
+        reach `Replay`, which streams the partial answer instead of buffering it."""
+        from dataclasses import replace
+
+        hops = _count_hops(monkeypatch)
+        with taddons.context():
+            turn = replace(chat_turn(0, chat_body(), "partial"), abandoned=True)
+            cassette = write_cassette(tmp_path / "a.json", turn)
+            session = Session(1, build_flow_state(ProxyOptions(cassette=cassette, report=tmp_path / "a.jsonl")))
+            flow = model_flow(chat_body())
+            await session.hook("request", flow)
+            flow.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+            await session.hook("responseheaders", flow)
+            assert flow.response.stream is True
+            await session.hook("response", flow)
+            await session.hook("response", flow)  # the held call is finished now: nothing to do
+            session.release()
+            for child in session.state.addons:
+                if getattr(child, "hold_server", None) is not None:
+                    child.hold_server.close()
+            session.state.shared.events.close()
+        assert hops == ["request", "responseheaders", "response"]
+
+    async def test_every_hook_of_a_recording_reaches_the_worker(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A concern that says nothing about idleness (record) gets every hook, as before."""
+        hops = _count_hops(monkeypatch)
+        with taddons.context():
+            options = ProxyOptions(mode=Mode.RECORD, cassette=tmp_path / "r.json", report=tmp_path / "r.jsonl")
+            session = Session(1, build_flow_state(options))
+            flow = model_flow(chat_body())
+            for name in ("request", "responseheaders", "response"):
+                await session.hook(name, flow)
+            session.release()
+            session.state.shared.events.close()
+        assert hops == ["request", "responseheaders", "response"]
+
+    async def test_a_secret_scan_or_a_new_port_is_never_skipped(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The witness skips only what it has seen: another port of a seen host is new egress,
+        and with secrets declared every request is scanned."""
+        from flowproof.addon.witness import Witness
+        from flowproof.witness import Secret
+
+        secret = Secret("KEY", "sk-live-1234567890", "[KEY]")
+        shared = Shared(AddonConfig(ProxyOptions(report=tmp_path / "w.jsonl", secrets=(secret,))))
+        witness = Witness(shared)
+        flow = model_flow(chat_body())
+        assert not witness.idle("requestheaders", flow)
+        witness.requestheaders(flow)
+        assert witness.idle("requestheaders", flow)
+        flow.request.port = 8443
+        assert not witness.idle("requestheaders", flow)
+        assert not witness.idle("request", flow)
+        connect = model_flow(b"", host="Exfil.Example.test.", method="CONNECT")
+        assert witness.idle("requestheaders", connect)  # http_connect has it
+        assert not witness.idle("http_connect", connect)
+        witness.http_connect(connect)
+        assert witness.idle("http_connect", model_flow(b"", host="exfil.example.test", method="CONNECT"))
+        shared.events.close()
+
+
 class TestRootInWarmMode:
     def test_flowproof_control_makes_the_router_the_only_child(self, harness: Harness) -> None:
         """With a control socket the single-flow options are unused: no cassette is needed."""
