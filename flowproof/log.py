@@ -38,6 +38,7 @@ __all__ = [
     "Terminal",
     "addon_logger",
     "configure",
+    "delivered",
     "event_first",
     "flow_prefix",
     "get_logger",
@@ -221,13 +222,64 @@ def get_logger(**initial: Any) -> Any:
     return structlog.get_logger(**initial)
 
 
+def delivered(logger: logging.Logger, level: int) -> bool:
+    """Whether a record of ``level`` on ``logger`` would reach a handler that takes it: the
+    levels of the logger and of every handler it propagates to, as `logging.Logger.handle`
+    applies them (a logger with no handler on its way falls back to `logging.lastResort`).
+
+    mitmproxy's handler of its deprecated ``add_log`` hook takes every level and hands
+    each record to every addon implementing ``add_log``: it counts only when one does."""
+    if not logger.isEnabledFor(level):
+        return False
+    found = False
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            found = True
+            if level >= handler.level and _hands_on(handler):
+                return True
+        current = current.parent if current.propagate else None
+    return not found and logging.lastResort is not None and level >= logging.lastResort.level
+
+
+def _hands_on(handler: logging.Handler) -> bool:
+    legacy = sys.modules.get("mitmproxy.log")  # not imported: no mitmproxy handler exists
+    if legacy is None or not isinstance(handler, legacy.LegacyLogEvents):
+        return True
+    from mitmproxy.addonmanager import traverse
+
+    addons = traverse(handler.master.addons.chain)  # type: ignore[no-untyped-call]
+    return any(hasattr(addon, "add_log") for addon in addons)
+
+
+class _AddonLogger(structlog.stdlib.BoundLogger):
+    """A stdlib-bound logger that builds an event only when a handler would take it: under
+    ``mitmdump -q`` no handler takes a per-call info line, whose processors (the credential
+    masking, the rendering) and record would otherwise run for every model call."""
+
+    def _proxy_to_logger(self, method_name: str, event: str | None = None, *event_args: str,
+                         **event_kw: Any) -> Any:
+        if not delivered(self._logger, _LEVELS.get(method_name, logging.CRITICAL)):
+            return None
+        return super()._proxy_to_logger(method_name, event, *event_args, **event_kw)
+
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "warn": logging.WARNING,
+           "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL,
+           "fatal": logging.CRITICAL}
+
+
 def addon_logger(name: str = "flowproof.addon", environ: Mapping[str, str] | None = None) -> Any:
     """The addon's logger: structlog over the stdlib logger ``name``, so mitmdump's own log
     handlers print the events (and its ``termlog_verbosity`` filters them), with the
-    credentials of ``environ`` (default ``os.environ``) masked."""
+    credentials of ``environ`` (default ``os.environ``) masked. An event no handler would
+    take is not built (`delivered`)."""
     secrets = secret_values(os.environ if environ is None else environ)
     return structlog.wrap_logger(
         logging.getLogger(name),
-        wrapper_class=structlog.stdlib.BoundLogger,
+        wrapper_class=_AddonLogger,
         processors=[redactor(secrets), render_key_values],
+        # The processors are this call's own, so the bound logger never changes: bind it once
+        # instead of at every event.
+        cache_logger_on_first_use=True,
     )

@@ -15,6 +15,7 @@ from flowproof.log import (
     Terminal,
     addon_logger,
     configure,
+    delivered,
     get_logger,
     level_for,
 )
@@ -169,3 +170,70 @@ class TestTerminal:
         configure(1, stream=out, environ={})
         get_logger().info("model_call", turn=0)
         assert calls == ["clear", "redraw"] and "model_call turn=0" in out.getvalue()
+
+
+class TestTheAddonBuildsOnlyWhatAHandlerTakes:
+    """Under ``mitmdump -q`` no handler takes a per-call info line: it is never built."""
+
+    @pytest.fixture
+    def isolated(self) -> Iterator[logging.Logger]:
+        """A logger of its own (no propagation to the root's handlers), with a filter that
+        counts the records built for it. pytest puts its capture handlers on every logger,
+        taking every level: each test sets the handlers it means."""
+        logger = logging.getLogger("flowproof.addon.gate_test")
+        logger.propagate, logger.built = False, 0  # type: ignore[attr-defined]
+        logger.setLevel(logging.DEBUG)  # as mitmproxy sets the root logger: its handlers filter
+
+        def count(record: logging.LogRecord) -> bool:
+            logger.built += 1  # type: ignore[attr-defined]
+            return True
+
+        logger.addFilter(count)
+        yield logger
+        logger.removeFilter(count)
+        logger.handlers.clear()
+        logger.propagate = True
+        logger.setLevel(logging.NOTSET)
+
+    def test_a_level_no_handler_takes_builds_no_record(self, isolated: logging.Logger) -> None:
+        out = io.StringIO()
+        handler = logging.StreamHandler(out)
+        handler.setLevel(logging.WARNING)
+        isolated.handlers = [handler]
+        log = addon_logger(isolated.name, environ=ENV)
+        log.info("turn_replayed", turn=1)
+        log.debug("egress", host="api.openai.com")
+        assert isolated.built == 0  # type: ignore[attr-defined]
+        log.warning("turns_unconsumed", count=2, key=KEY)
+        assert isolated.built == 1  # type: ignore[attr-defined]
+        assert out.getvalue() == "turns_unconsumed count=2 key=[redacted]\n"
+        handler.setLevel(logging.INFO)  # handlers change at run time (mitmproxy's termlog_verbosity)
+        log.info("turn_replayed", turn=1)
+        assert out.getvalue().endswith("turn_replayed turn=1\n")
+
+    def test_with_no_handler_at_all_the_last_resort_decides(self, isolated: logging.Logger) -> None:
+        isolated.handlers = []
+        assert not delivered(isolated, logging.INFO)
+        isolated.setLevel(logging.ERROR)
+        assert not delivered(isolated, logging.WARNING)  # the logger's own level first
+        isolated.setLevel(logging.DEBUG)
+        assert delivered(isolated, logging.WARNING)  # what logging.lastResort would print
+
+    def test_mitmproxy_s_add_log_handler_counts_only_with_an_add_log_addon(self, isolated: logging.Logger) -> None:
+        """mitmproxy hands every record to the addons of its deprecated ``add_log`` hook: with
+        none, it takes nothing; with one, every level."""
+        from mitmproxy.log import LegacyLogEvents
+        from mitmproxy.test import taddons
+
+        class Listener:
+            def __init__(self) -> None:
+                self.entries: list[object] = []
+
+            def add_log(self, entry: object) -> None:
+                self.entries.append(entry)
+
+        with taddons.context() as tctx:
+            isolated.handlers = [LegacyLogEvents(tctx.master)]
+            assert not delivered(isolated, logging.DEBUG)
+            tctx.master.addons.add(Listener())
+            assert delivered(isolated, logging.DEBUG)
