@@ -14,7 +14,7 @@ import json
 from mitmproxy import http
 
 from flowproof.addon.hold import HOLD_HEADER, Held, HoldServer
-from flowproof.addon.shared import JSON_HEADERS, Shared, elapsed_ms, log, refuse_unhandled
+from flowproof.addon.shared import JSON_HEADERS, Shared, elapsed_ms, log, make_response, refuse_unhandled
 from flowproof.addon.websocket import ReplaySockets
 from flowproof.cassette import RecordedResponse, RecordedTurn
 from flowproof.log_events import DivergenceEvent, ReplayedTurnEvent
@@ -137,7 +137,7 @@ class Replay:
         recorded = turn.response
         assert recorded is not None  # only an abandoned turn may lack a response
         content = shared.config.normalizer.restore(recorded.content())
-        flow.response = http.Response.make(recorded.status, content, replay_headers(recorded))
+        flow.response = make_response(recorded.status, content, replay_headers(recorded))
         ms = elapsed_ms(flow)
         shared.events.write(ReplayedTurnEvent(flow.id, decision.position, turn.request.body_sha256, ms))
         log.info("turn_replayed", flow_id=flow.id, provider=codec.name, turn=turn.index, ms=ms)

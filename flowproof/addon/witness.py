@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from mitmproxy import http
 
-from flowproof.addon.shared import Shared, content_of, log
+from flowproof.addon.shared import Shared, content_of, log, pretty_host
 from flowproof.log_events import EgressEvent, SecretLeakEvent
 from flowproof.mcp import McpRoute
 from flowproof.wire import detect, is_model_host
@@ -59,7 +59,7 @@ class Witness:
         if hook == "http_connect":
             return (_host_key(req.host), req.port) in self.seen
         if hook == "requestheaders":
-            return req.method.upper() == "CONNECT" or (_host_key(req.pretty_host), req.port) in self.seen
+            return req.method.upper() == "CONNECT" or (_host_key(pretty_host(req)), req.port) in self.seen
         if hook == "request":
             return not self.shared.config.secrets
         return False
@@ -79,7 +79,7 @@ class Witness:
         req = flow.request
         if req.method.upper() == "CONNECT":
             return  # http_connect has it
-        self._reached(req.pretty_host, req.port, "http")
+        self._reached(pretty_host(req), req.port, "http")
 
     def request(self, flow: http.HTTPFlow) -> None:
         secrets = self.shared.config.secrets
