@@ -5,6 +5,7 @@ Not a test: a timing harness for the per-call and start-up work (docs/hotpath.md
     .venv/bin/python benchmarks/hotpath_profile.py e2e [--calls 30] [--runs 5] [--sse] [--concurrency 8] [--before DIR]
     .venv/bin/python benchmarks/hotpath_profile.py micro [--calls 300] [--turns 10000] [--sse]
     .venv/bin/python benchmarks/hotpath_profile.py startup [--runs 5] [--before DIR]
+    .venv/bin/python benchmarks/hotpath_profile.py session [--calls 300] [--runs 5] [--sse] [--before DIR]
 
 ``e2e`` runs whole mitmdump processes on 127.0.0.1 with the peers interleaved, one run of
 each per round: the client straight to a local upstream (the floor), `mitmdump --server-replay`
@@ -16,6 +17,13 @@ It prints the per-call time, the cost over the floor, and flowproof's ratio to m
 ``micro`` times the request hook alone, in-process: flowproof's `Replay.request` against
 mitmproxy's `ServerPlayback.request` on the same flows; ``--turns`` sizes the cassette
 (the scale target: a 10,000-turn cassette within 1.2x of a 10-turn one).
+
+``session`` times, in-process, what a warm proxy's session does per replayed call: the
+four hooks of each call (``requestheaders``, ``request``, ``responseheaders``,
+``response``) through `flowproof.addon.warm.Session.hook` on an event loop, with logging as
+under ``mitmdump -q`` (mitmproxy's handlers: a terminal one at ERROR and the ``add_log``
+one); CPU of every thread per call. ``--before DIR`` runs the same in a child with
+another checkout first on ``PYTHONPATH``.
 
 ``startup`` times a replayed flow (the booking example) with `flowproof-run` against
 mitmdump's own start and stop plus the same agent run straight against a fake server.
@@ -405,6 +413,82 @@ def micro(args: argparse.Namespace) -> None:
         print(f"  mitmproxy ServerPlayback      {statistics.median(mm):8.1f} us  {[round(x) for x in mm]}")
 
 
+def session(args: argparse.Namespace) -> None:
+    if args.before:
+        env = {**os.environ, "PYTHONPATH": str(Path(args.before).resolve())}
+        argv = [sys.executable, __file__, "session", "--calls", str(args.calls), "--runs", "1", "--raw"]
+        if args.sse:
+            argv.append("--sse")
+        ours, before = [], []
+        for _ in range(args.runs):  # interleaved, one run of each per round
+            ours.append(session_cpu(args.calls, args.sse))
+            done = subprocess.run(argv, env=env, cwd=REPO.parent, capture_output=True, text=True, check=True)
+            before.append(float(done.stdout.split()[-1]))
+        print(f"warm session, {args.calls} replayed calls ({'SSE' if args.sse else 'JSON'}), CPU per call, "
+              f"median of {args.runs}:")
+        print(f"  this checkout   {statistics.median(ours):8.1f} us  {[round(x) for x in ours]}")
+        print(f"  before          {statistics.median(before):8.1f} us  {[round(x) for x in before]}")
+        return
+    runs = [session_cpu(args.calls, args.sse) for _ in range(args.runs)]
+    if args.raw:
+        print(statistics.median(runs))
+        return
+    print(f"warm session, CPU per call: {statistics.median(runs):.1f} us {[round(x) for x in runs]}")
+
+
+def session_cpu(calls: int, sse: bool) -> float:
+    """CPU microseconds (every thread) per replayed call through one warm session's hooks."""
+    import logging
+
+    from mitmproxy import http
+    from mitmproxy.test import taddons, tflow
+
+    from flowproof.addon.core import build_flow_state
+    from flowproof.addon.warm import Session
+    from flowproof.cassette import save_cassette
+    from flowproof.options import ProxyOptions, Route
+
+    def flow(i: int) -> http.HTTPFlow:
+        f = tflow.tflow()
+        f.request = http.Request.make("POST", f"https://{HOST}{PATH}", request_body(i),
+                                      {"content-type": "application/json"})
+        return f
+
+    with tempfile.TemporaryDirectory(prefix="hotpath-") as t, taddons.context() as tctx:
+        # mitmproxy's add_log handler hands each record to the master's loop: the hooks run on it.
+        loop = tctx.master.event_loop
+        tmp = Path(t)
+        save_cassette(synthetic_cassette(calls, sse), tmp / "c.json")
+        options = ProxyOptions(cassette=tmp / "c.json", report=tmp / "ev.jsonl", route=Route.BASE_URL)
+        warm = Session(1, build_flow_state(options))
+        # As mitmdump -q leaves the root logger: DEBUG, its terminal handler at ERROR (taddons'
+        # master has installed mitmproxy's add_log handler already).
+        root = logging.getLogger()
+        terminal = logging.NullHandler()
+        terminal.setLevel(logging.ERROR)
+        saved = root.level, root.handlers[:]
+        root.setLevel(logging.DEBUG)
+        root.handlers = [h for h in root.handlers if type(h).__name__ == "LegacyLogEvents"] + [terminal]
+        flows = [flow(i) for i in range(calls)]
+
+        async def drive() -> float:
+            await warm.hook("request", flow(0))  # the worker thread starts
+            started = time.process_time()
+            for f in flows[1:]:
+                for name in ("requestheaders", "request", "responseheaders", "response"):
+                    await warm.hook(name, f)
+                assert f.response is not None and f.response.status_code == 200
+            return (time.process_time() - started) / (calls - 1) * 1e6
+
+        try:
+            return loop.run_until_complete(drive())
+        finally:
+            root.setLevel(saved[0])
+            root.handlers = saved[1]
+            warm.release()
+            warm.state.shared.events.close()
+
+
 # --------------------------------------------------------------------------- start-up
 
 
@@ -492,11 +576,17 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--sse", action="store_true")
     p.add_argument("--profile", action="store_true", help="print a pyinstrument profile of flowproof's hook")
+    p = sub.add_parser("session")
+    p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--sse", action="store_true")
+    p.add_argument("--before", metavar="DIR", help="also time the flowproof package found in DIR (PYTHONPATH)")
+    p.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
     p = sub.add_parser("startup")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--before", metavar="DIR", help="also time the flowproof package found in DIR (PYTHONPATH)")
     args = parser.parse_args()
-    {"e2e": e2e, "micro": micro, "startup": startup}[args.what](args)
+    {"e2e": e2e, "micro": micro, "session": session, "startup": startup}[args.what](args)
 
 
 if __name__ == "__main__":
