@@ -188,12 +188,26 @@ NOT_IN_THE_PROXY = (
 )
 
 
+#: What flowproof-run never needs for a replay (it does need the spec loader and PyYAML).
+NOT_IN_THE_RUNNER = (
+    "deepdiff", "pydantic", "opentelemetry", "mitmproxy", "cryptography", "mcp", "regex", "openai", "httpx",
+    "xml.etree", "html", "flowproof.report.junit", "flowproof.report.html", "flowproof.scaffold",
+    "flowproof.testing",
+)
+
+
 class TestStartupImports:
     """Each process of a replayed flow imports only what replay needs (docs/performance.md)."""
 
     def test_the_addon_does_not_load_what_replay_does_not_use(self) -> None:
         """mitmdump imports the addon at every start; these modules were 0.3-0.4 s of it."""
         assert loaded_after("import flowproof.addon", NOT_IN_THE_PROXY) == []
+
+    def test_the_runner_does_not_load_what_a_replay_does_not_use(self) -> None:
+        """flowproof-run's own imports: the JUnit and HTML writers load for --junit/--html, the
+        scaffold for `init`, the OpenTelemetry SDK for --otel, deepdiff on a divergence;
+        mitmproxy (cryptography) only in the proxy, the SDKs only in agents."""
+        assert loaded_after("import flowproof.runner.cli", NOT_IN_THE_RUNNER) == []
 
     def test_the_check_sees_a_module_that_is_loaded(self) -> None:
         """The same check after loading a spec names the loader and PyYAML: the empty

@@ -31,14 +31,12 @@ from flowproof.options import Mode, Route, base_url_ports, host_settings
 from flowproof.printable import printable
 from flowproof.redact import secret_values
 from flowproof.report.cassette import show_cassette
-from flowproof.report.files import write_html, write_junit
 from flowproof.report.json_report import render_json
 from flowproof.report.text import render_text, worst_exit
 from flowproof.runner.collect import collect_specs
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
 from flowproof.runner.flags import check_cassette_flag, check_one_writer, check_proxy_port, one_mode
 from flowproof.runner.flow import STAGED, Cancel, RunOptions, run_flow
-from flowproof.runner.init import write_first_spec
 from flowproof.runner.otel import check_otel, export_runs
 from flowproof.runner.progress import Progress, status_line_enabled
 from flowproof.runner.proxy import ProxyPool, warm_enabled
@@ -384,6 +382,10 @@ def run_command(
         click.echo(render_text(results, verbose=verbose > 0, secrets=secrets))
     else:
         click.echo(f"shard {shard} has no specs; nothing to run")
+    if junit is not None or html_path is not None:
+        # Imported here: the JUnit and HTML writers (xml.etree, html) are 10-25 ms of every
+        # run's start (python -X importtime), and only these two flags use them.
+        from flowproof.report.files import write_html, write_junit
     if junit is not None:
         try:
             write_junit(results, junit, secrets=secrets)
@@ -464,6 +466,8 @@ def init_command(command: tuple[str, ...], output: Path | None, name: str | None
     It infers what it can: the command, the model SDKs the agent's file imports, a name; and
     never overwrites a file.
     """
+
+    from flowproof.runner.init import write_first_spec  # only `init` needs the scaffold (see run_command)
 
     written = write_first_spec(command, cwd=Path.cwd(), output=output, name=name, prompt=prompt)
     shown = os.path.relpath(written.path)
