@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from flowproof.advice import record_command as flow_record_command
 from flowproof.assertions import AssertionResult, Mismatch, describe_assertion, evaluate
@@ -48,7 +48,6 @@ from flowproof.errors import (
     EXIT_USAGE,
     FlowproofError,
 )
-from flowproof.genai_spans import SpanRecord
 from flowproof.guard import guard_evidence
 from flowproof.log_events import ErrorKind
 from flowproof.options import Mode
@@ -57,6 +56,9 @@ from flowproof.spec.types import FlowSpec, ParallelCallsAssertion, SubagentAsser
 from flowproof.trajectory import MCP, Trajectory, boundary_of
 from flowproof.turns import ToolCall, Turn
 from flowproof.wire import codec_by_name
+
+if TYPE_CHECKING:  # the spans (and their module) are built only with --otel
+    from flowproof.genai_spans import SpanRecord
 
 __all__ = [
     "Advice",

@@ -18,8 +18,6 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -332,6 +330,11 @@ def run_url_agent(
     """
     started = time.monotonic()
     deadline = started + timeout
+    # Imported here: urllib.request (with http.client and email) is 15-35 ms of every run's
+    # start (python -X importtime), and only an agent already running as a service uses it.
+    import urllib.error
+    import urllib.request
+
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     bodies: list[str] = []
     for prompt in prompts:

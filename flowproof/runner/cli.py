@@ -37,7 +37,6 @@ from flowproof.runner.collect import collect_specs
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
 from flowproof.runner.flags import check_cassette_flag, check_one_writer, check_proxy_port, one_mode
 from flowproof.runner.flow import STAGED, Cancel, RunOptions, run_flow
-from flowproof.runner.otel import check_otel, export_runs
 from flowproof.runner.progress import Progress, status_line_enabled
 from flowproof.runner.proxy import ProxyPool, warm_enabled
 from flowproof.spec import load_spec, unresolved_problems
@@ -328,6 +327,8 @@ def run_command(
     if otel_content and not otel:
         raise FlowproofError("--otel-content says what the --otel spans carry, so it needs --otel")
     if otel:
+        from flowproof.runner.otel import check_otel  # only --otel needs the spans (see runner/flow.py)
+
         check_otel(os.environ)
     modes = _modes_of(selected, mode, cassette)
     recorded = [p for p in selected if modes[p] == Mode.RECORD]
@@ -407,6 +408,8 @@ def run_command(
             )
             code = max(code, EXIT_USAGE)
     if otel:
+        from flowproof.runner.otel import export_runs
+
         try:
             export_runs([r.spans for r in results])
         except OtelError as e:

@@ -53,7 +53,6 @@ from flowproof.runner.mcp import (
     reverse_listeners,
 )
 from flowproof.runner.mcp_stdio import check_agent, write_standins
-from flowproof.runner.otel import flow_spans
 from flowproof.runner.progress import Progress
 from flowproof.runner.proxy import FlowProxy, ProxyPool, free_port, scratch_prefix, start_proxy
 from flowproof.runner.recording import Staging
@@ -294,6 +293,10 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             before_keep=(lambda: _interrupted(cancel)) if cancel is not None else None,
         )
         if options.otel:
+            # Imported here: the spans module is 15-40 ms of every run's start (python -X
+            # importtime), and only --otel builds spans.
+            from flowproof.runner.otel import flow_spans
+
             spans = flow_spans(result, started_at=agent_started, ended_at=agent_ended, environ=environ,
                                mocked=spec.tool_results.keys(), content=options.otel_content)
             result = _with(result, spans=spans)
