@@ -31,7 +31,7 @@ from flowproof.options import Mode, Route, base_url_ports, host_settings
 from flowproof.printable import printable
 from flowproof.redact import secret_values
 from flowproof.report.cassette import show_cassette
-from flowproof.report.files import write_html, write_junit
+from flowproof.report.files import write_html, write_junit, write_markdown
 from flowproof.report.json_report import render_json
 from flowproof.report.text import render_text, worst_exit
 from flowproof.runner.collect import collect_specs
@@ -239,6 +239,13 @@ _RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path
     type=click.Path(path_type=Path, dir_okay=False),
     help="Also write a self-contained HTML report of the run here (docs/report.md).",
 )
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write a short GitHub-flavoured Markdown summary here; appended when PATH is "
+    "$GITHUB_STEP_SUMMARY (docs/report.md).",
+)
 @click.option("-j", "jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Flows to run in parallel.")
 @click.option("--shard", metavar="I/N", help="Run only shard I of N (1-based, by sorted spec path).")
 @click.option(
@@ -295,6 +302,7 @@ def run_command(
     as_json: bool,
     junit: Path | None,
     html_path: Path | None,
+    markdown_path: Path | None,
     jobs: int,
     shard: str | None,
     compare_handler: str | None,
@@ -401,6 +409,17 @@ def run_command(
             click.echo(
                 f"{_program()}: cannot write the HTML report to {html_path} ({e.strerror or e}) — "
                 "choose a writable --html path",
+                err=True,
+            )
+            code = max(code, EXIT_USAGE)
+    if markdown_path is not None:
+        try:
+            write_markdown(results, markdown_path, secrets=secrets,
+                           step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+        except OSError as e:
+            click.echo(
+                f"{_program()}: cannot write the Markdown report to {markdown_path} ({e.strerror or e}) — "
+                "choose a writable --markdown path",
                 err=True,
             )
             code = max(code, EXIT_USAGE)

@@ -583,6 +583,45 @@ class TestRunFlowsWait:
         assert cpu < 0.15, f"the main thread used {cpu:.3f} CPU-s while waiting 0.8 s"
 
 
+class TestMarkdownFlag:
+    def test_a_run_writes_its_summary(self, tmp_path: Path, fake_env, monkeypatch: pytest.MonkeyPatch) -> None:
+        """--markdown PATH: the table and the failing flow's section; the exit code is the run's."""
+        monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+        a = write_spec(tmp_path, name="a")
+        b = write_spec(tmp_path, name="b")
+        (tmp_path / "a.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        out = tmp_path / "summary.md"
+        res = CliRunner().invoke(run_command, [str(a), str(b), "--markdown", str(out)], catch_exceptions=False)
+        assert res.exit_code == 2, res.output
+        text = out.read_text(encoding="utf-8")
+        assert "**2 flow(s): 1 passed, 1 failed** · mode replay · exit code 2" in text
+        assert "| ✓ passed |" in text and "b.flow.yaml: " in text and "no cassette to replay" in text
+
+    def test_the_step_summary_is_appended_to(self, tmp_path: Path, fake_env, monkeypatch: pytest.MonkeyPatch) -> None:
+        summary = tmp_path / "step_summary"
+        summary.write_text("from an earlier step\n")
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+        spec = write_spec(tmp_path)
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        res = CliRunner().invoke(run_command, [str(spec), "--markdown", str(summary)], catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        text = summary.read_text()
+        assert text.startswith("from an earlier step\n\n### flowproof\n") and "1 passed, 0 failed" in text
+
+    def test_an_unwritable_path_is_one_line_and_exit_2(self, tmp_path: Path, fake_env) -> None:
+        spec = write_spec(tmp_path)
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        blocker = tmp_path / "file"
+        blocker.write_text("not a folder")
+        res = CliRunner().invoke(run_command, [str(spec), "--markdown", str(blocker / "s.md")], catch_exceptions=False)
+        assert res.exit_code == 2
+        assert f"cannot write the Markdown report to {blocker / 's.md'}" in res.output
+        assert "Traceback" not in res.output
+
+
 class TestHtmlFlag:
     def test_every_flow_of_a_parallel_run_is_on_the_page(self, tmp_path: Path, fake_env) -> None:
         """-j 2 with --html: one page, both flows, the exit code unchanged by the report."""
