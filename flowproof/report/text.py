@@ -28,6 +28,7 @@ from flowproof.witness import SecretLeak
 __all__ = [
     "FAIL",
     "PASS",
+    "TEST_FAILED",
     "flow_report",
     "guard_warnings",
     "indent",
@@ -133,10 +134,17 @@ def _unreachable_advice(result: FlowResult) -> str:
             "or a local model, with the key it expects); then run again.")
 
 
-def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
-    """One flow as readable text."""
-    mark = PASS if result.passed else FAIL
-    lines = [f"{mark} {result.name} [{result.mode}] — {verdict_name(result.exit_code)}"]
+#: The verdict a passing session shows when the test around it failed (the fixture).
+TEST_FAILED = "the test failed; flowproof found nothing wrong with the model calls"
+
+
+def render_flow(result: FlowResult, *, verbose: bool = False, test_failed: bool = False) -> str:
+    """One flow as readable text; ``test_failed``: the test that drove it failed on its own
+    (the fixture), so a flow flowproof passed is not shown as a pass."""
+    failed = test_failed and result.passed
+    mark = PASS if result.passed and not failed else FAIL
+    verdict = TEST_FAILED if failed else verdict_name(result.exit_code)
+    lines = [f"{mark} {result.name} [{result.mode}] — {verdict}"]
     lines.append(f"  spec: {result.spec_path}")
     if result.cassette is not None:
         lines.append(f"  cassette: {result.cassette}")
@@ -162,7 +170,7 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
         lines.append(f"  {PASS if step.passed else FAIL} {step.source}{where}")
         if not step.passed or verbose:
             lines.append(indent(step.message))
-    if verbose or not result.passed:
+    if verbose or failed or not result.passed:
         if result.steps or result.turns:
             calls = ", ".join(result.tool_calls) or "none"
             lines.append(f"  trajectory: {result.turns} model call(s); tool calls: {calls}")
@@ -252,10 +260,24 @@ def guard_warnings(result: FlowResult) -> list[str]:
     return [str(g["warning"]) for g in result.guards if g.get("warning")]
 
 
-def flow_report(result: FlowResult, *, secrets: Iterable[str] = (), after: str = "") -> str:
+def flow_report(
+    result: FlowResult, *, secrets: Iterable[str] = (), after: str = "", test_failed: bool = False
+) -> str:
     """One flow as a failing pytest item, the session fixture and a JUnit failure show it:
-    `render_flow`, ``after`` (what the caller adds), then `next_step`; ``secrets`` masked."""
-    return redact_text(f"{render_flow(result)}{after}\n{next_step(result)}", secrets)
+    `render_flow`, ``after`` (what the caller adds), then `next_step`; ``secrets`` masked.
+    ``test_failed``: the test around the session failed on its own, so a flow flowproof
+    passed reads as the test's failure, not as a pass with nothing to do."""
+    last = _test_failed_step(result) if test_failed and result.passed else next_step(result)
+    return redact_text(f"{render_flow(result, test_failed=test_failed)}{after}\n{last}", secrets)
+
+
+def _test_failed_step(result: FlowResult) -> str:
+    """What to do when the session passed and its test failed."""
+    if result.mode == Mode.RECORD:
+        kept = f" (the recording is in {result.rejected})" if result.rejected else ""
+        return f"Nothing was recorded{kept}: the test failed; fix the agent or the test, then record again."
+    return ("The model calls matched the cassette; the test's own check failed (above): fix the agent or "
+            "the test, then run the test again.")
 
 
 def render_text(

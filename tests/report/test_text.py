@@ -6,7 +6,7 @@ from pathlib import Path
 
 from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_OK
 from flowproof.log_events import ErrorKind
-from flowproof.report.text import next_step, render_text, worst_exit
+from flowproof.report.text import flow_report, next_step, render_text, worst_exit
 from flowproof.run_record import MissingCalls, RunError, RunRecord
 from flowproof.verdict import StepResult
 
@@ -137,3 +137,24 @@ class TestUnreachableAdvice:
         text = "the proxy could not reach the model host 127.0.0.1:9: connection refused"
         flow = result(EXIT_AGENT, error="the agent exited with code 1", errors=(text,) * 3)
         assert render_text([flow]).count(text) == 1
+
+
+class TestASessionWhoseTestFailed:
+    """The fixture: flowproof passed the session, the test around it failed on its own."""
+
+    def test_it_is_not_shown_as_a_pass(self) -> None:
+        passed = result(turns=2, tool_calls=("create_booking",))
+        text = flow_report(passed, test_failed=True, after="\n  the test failed with: AssertionError: no")
+        assert text.splitlines()[0] == "✗ Booking [replay] — the test failed; flowproof found nothing wrong with the model calls"
+        assert "Nothing to do" not in text and "— passed" not in text
+        assert "trajectory: 2 model call(s); tool calls: create_booking" in text
+        assert text.endswith("fix the agent or the test, then run the test again.")
+
+    def test_a_record_says_nothing_was_kept(self) -> None:
+        text = flow_report(result(mode="record", rejected=Path("b.rejected.json")), test_failed=True)
+        assert text.endswith("Nothing was recorded (the recording is in b.rejected.json): the test failed; fix the "
+                             "agent or the test, then record again.")
+
+    def test_a_failed_session_keeps_its_own_verdict(self) -> None:
+        failed = result(EXIT_DIVERGENCE, divergences=(miss("messages.1.content", "a", "b"),))
+        assert flow_report(failed, test_failed=True) == flow_report(failed)
