@@ -215,7 +215,8 @@ class TestRecordThenReplay:
         section = text[text.index("Captured flowproof call"):]
         assert "— passed" not in section and "Nothing to do" not in section
         assert "✗ test_agent.py::test_books [replay] — the test failed" in section
-        assert "the test failed with: TrajectoryAssertionError: expected create_booking where flight.id equals KQ999" in section
+        said = "the test failed with: TrajectoryAssertionError: expected create_booking where flight.id equals KQ999"
+        assert said in section
         assert "tool calls: create_booking" in section  # what the agent did, to compare with the assertion
 
     def test_record_of_a_failing_test_leaves_the_old_cassette_byte_identical(

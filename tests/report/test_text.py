@@ -145,7 +145,8 @@ class TestASessionWhoseTestFailed:
     def test_it_is_not_shown_as_a_pass(self) -> None:
         passed = result(turns=2, tool_calls=("create_booking",))
         text = flow_report(passed, test_failed=True, after="\n  the test failed with: AssertionError: no")
-        assert text.splitlines()[0] == "✗ Booking [replay] — the test failed; flowproof found nothing wrong with the model calls"
+        assert text.splitlines()[0] == ("✗ Booking [replay] — the test failed; "
+                                        "flowproof found nothing wrong with the model calls")
         assert "Nothing to do" not in text and "— passed" not in text
         assert "trajectory: 2 model call(s); tool calls: create_booking" in text
         assert text.endswith("fix the agent or the test, then run the test again.")
