@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shlex
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from flowproof.advice import record_under_pytest
 from flowproof.errors import FlowFailure, FlowproofError, OtelError
 from flowproof.options import Mode, Route, host_settings
 from flowproof.redact import secret_values
@@ -131,10 +130,10 @@ class FlowItem(pytest.Item):
         # The same settings flowproof-run takes from the environment (FLOWPROOF_UPSTREAM, …).
         hosts = host_settings(os.environ)
         otel = bool(self.config.getoption("flowproof_otel"))
+        # Under pytest the flow is recorded again through pytest: its errors and report say that command.
         options = RunOptions(mode=mode, upstream=hosts.upstream, extra_hosts=hosts.extra_hosts, proxies=pool,
-                             otel=otel)
-        # Under pytest the flow is recorded again through pytest: the report is told that command.
-        result = replace(run_flow(self.path, options), record_command=record_under_pytest(self.nodeid))
+                             otel=otel, rerecord=record_under_pytest(self.nodeid))
+        result = run_flow(self.path, options)
         report = flow_report(result, secrets=secret_values(os.environ))
         if otel:
             export_spans(result, report)
@@ -165,11 +164,6 @@ def export_spans(result: FlowResult, report: str) -> None:
         export_runs([result.spans])
     except OtelError as e:
         raise FlowFailure(f"{report}\n--flowproof-otel: {e}", e.exit_code) from None
-
-
-def record_under_pytest(nodeid: str) -> str:
-    """The command that records the cassette of the test ``nodeid`` again, through pytest."""
-    return f"pytest {shlex.quote(nodeid)} --flowproof-mode record"
 
 
 def _shared_ca() -> CAFiles:

@@ -496,10 +496,13 @@ class FlowResult:
     def passed(self) -> bool:
         return self.exit_code == EXIT_OK
 
-    def divergence_texts(self) -> tuple[str, ...]:
-        """Each divergence as the report shows it (ending with `record_command`)."""
-        return tuple(m.render(self.record_command) for m in self.divergences)
+    def divergence_texts(self, *, command: bool = True) -> tuple[str, ...]:
+        """Each divergence as the report shows it (ending with `record_command`; without it when
+        ``command`` is false: the text report names it once, on its last line)."""
+        shown = self.record_command if command else ""
+        return tuple(m.render(shown) for m in self.divergences)
 
-    def missing_text(self) -> str | None:
-        """The missing-calls report (ending with `record_command`), or None."""
-        return self.missing.render(self.record_command) if self.missing is not None else None
+    def missing_text(self, *, command: bool = True) -> str | None:
+        """The missing-calls report (ending with `record_command` unless ``command`` is false), or None."""
+        shown = self.record_command if command else ""
+        return self.missing.render(shown) if self.missing is not None else None

@@ -193,7 +193,8 @@ class TestRecordThenReplay:
         assert "replay divergence" in text
         assert 'recorded "Book KQ311", replayed "Book KQ999"' in text
         # The advice is the pytest command that records this test, not a bare mitmdump line.
-        assert "re-record the cassette: pytest test_agent.py::test_books --flowproof-mode record" in text
+        assert "re-record with: pytest test_agent.py::test_books --flowproof-mode record" in text
+        assert text.count("--flowproof-mode record") == 1  # given once, on the report's last line
         assert "mitmdump" not in text
         # The SDK error the divergence caused is named, but no traceback is shown.
         assert "the test then failed with: BadRequestError" in text

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from flowproof.advice import one_command, run_again
 from flowproof.errors import (
     EXIT_AGENT,
     EXIT_ASSERTION,
@@ -33,6 +34,7 @@ __all__ = [
     "guard_warnings",
     "indent",
     "next_step",
+    "next_steps",
     "render_flow",
     "render_text",
     "summary_table",
@@ -77,9 +79,10 @@ def tail(text: str, lines: int = _OUTPUT_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def next_step(result: FlowResult) -> str:
-    """The one line that says what to do about ``result``."""
-    code, spec = result.exit_code, str(result.spec_path)
+def next_step(result: FlowResult, *, record_command: str | None = None) -> str:
+    """The one line that says what to do about ``result``; ``record_command`` (default: the
+    flow's own) is the command it names, which may name other flows too (`next_steps`)."""
+    code, command = result.exit_code, record_command or result.record_command
     if code == EXIT_OK:
         if result.mode == Mode.RECORD:
             if result.heal_diff is None:
@@ -91,18 +94,18 @@ def next_step(result: FlowResult) -> str:
     if code == EXIT_DIVERGENCE:
         return (
             "If the change is intended, re-record with: "
-            f"{result.record_command} — then review the heal diff; otherwise fix the agent."
+            f"{command} — then review the heal diff; otherwise fix the agent."
         )
     if code == EXIT_DRIFT:
         return (
             "The live run differs from the recording: inspect the first drift, then re-record with "
-            f"{result.record_command} if the new behaviour is right (compare never writes)."
+            f"{command} if the new behaviour is right (compare never writes)."
         )
     if code == EXIT_ASSERTION:
         if result.mode == Mode.RECORD:
             kept = f" (the recording is in {result.rejected})" if result.rejected else ""
             return f"Nothing was recorded{kept}: fix the agent or the spec, then record again."
-        return f"Fix the agent (or the spec at the ✗ lines), then run: flowproof-run {spec}"
+        return f"Fix the agent (or the spec at the ✗ lines), then run: {run_again(command)}"
     if code == EXIT_AGENT:
         if result.failure == "timeout":
             return ("The agent ran out of time: if it is just slow, raise `agent.timeout` in the "
@@ -118,6 +121,20 @@ def next_step(result: FlowResult) -> str:
     if code >= 128:
         return "flowproof-run was interrupted: nothing was recorded or checked; run it again."
     return "Fix the problem above, then run again."
+
+
+def next_steps(results: Sequence[FlowResult]) -> str:
+    """What to do about the failing flows of ``results``, worst first: one line per piece of
+    advice, its command naming every flow the advice is for (``flowproof-run a b --record``),
+    so no failing flow goes unnamed and no command is given twice."""
+    failed = sorted((r for r in results if not r.passed), key=lambda r: r.exit_code, reverse=True)
+    groups: dict[tuple[Any, ...], list[FlowResult]] = {}
+    for r in failed:
+        # A rejected recording is each flow's own file: those are never merged.
+        groups.setdefault((r.exit_code, r.mode == Mode.RECORD, r.failure, r.rejected), []).append(r)
+    lines = {next_step(group[0], record_command=one_command([r.record_command for r in group])): None
+             for group in groups.values()}
+    return "\n".join(lines)
 
 
 def _unreachable_advice(result: FlowResult) -> str:
@@ -150,7 +167,8 @@ def render_flow(result: FlowResult, *, verbose: bool = False, test_failed: bool 
         lines.append(f"  cassette: {result.cassette}")
     if result.error:
         lines.append(indent(result.error, "  "))
-    for text in result.divergence_texts():
+    # Without the command: the report's last line gives it, once (`next_step`, `next_steps`).
+    for text in result.divergence_texts(command=False):
         lines.append("  replay divergence:")
         lines.append(indent(text))
     if result.compare:
@@ -158,7 +176,7 @@ def render_flow(result: FlowResult, *, verbose: bool = False, test_failed: bool 
     for text in result.drifts:
         lines.append("  compare drift:")
         lines.append(indent(text))
-    missing = result.missing_text()
+    missing = result.missing_text(command=False)
     if missing:
         lines.append(indent(missing, "  "))
     # An SDK that retries makes the same error several times: it is shown once.
@@ -303,6 +321,5 @@ def render_text(
         else:
             last = "Review the heal diffs above and commit the cassettes."
     else:
-        worst = max(failed, key=lambda r: r.exit_code)
-        last = next_step(worst)
+        last = next_steps(results)
     return redact_text(printable("\n\n".join(blocks) + f"\n\n{summary}.\n{last}"), secrets)

@@ -53,19 +53,53 @@ class TestText:
         assert text.splitlines()[-1].startswith("Fix the agent")
 
     def test_divergence_says_how_to_rerecord(self) -> None:
-        """A divergence report includes its text and ends with the record command."""
+        """A divergence report includes its text and ends with the record command, given once."""
         text = render_text([result(EXIT_DIVERGENCE, divergences=(miss("book.flight.id", "KQ311", "KQ999"),))])
         assert "- book.flight.id: recorded KQ311, replayed KQ999" in text
-        assert "re-record the cassette: flowproof-run booking.flow.yaml --record" in text
+        assert "If this change is intended, re-record the cassette.\n" in text
         assert "flowproof-run booking.flow.yaml --record" in text.splitlines()[-1]
+        assert text.count("flowproof-run booking.flow.yaml --record") == 1
 
     def test_the_record_command_is_the_one_the_result_carries(self) -> None:
         """A flow run from elsewhere (pytest) is told that place's command, everywhere."""
         flow = result(EXIT_DIVERGENCE, divergences=(miss("model", "a", "b"),), missing=MissingCalls((2,)),
                       record_command="pytest t.py::x --flowproof-mode record")
         text = render_text([flow])
-        assert text.count("pytest t.py::x --flowproof-mode record") == 3  # divergence, missing, next step
+        assert text.count("pytest t.py::x --flowproof-mode record") == 1  # the next step, once
+        assert "pytest t.py::x --flowproof-mode record" in text.splitlines()[-1]
         assert "flowproof-run" not in text
+        # --json keeps each divergence's text whole: a finding is read on its own.
+        assert flow.divergence_texts()[0].endswith("re-record the cassette: pytest t.py::x --flowproof-mode record")
+
+    def test_every_failing_flow_is_named_in_one_command(self) -> None:
+        """Several diverged flows: one record command naming each (in run order), given once."""
+        flows = [result(EXIT_DIVERGENCE, spec_path=Path(f"{n}.flow.yaml"), name=n,
+                        divergences=(miss("model", "a", "b"),)) for n in ("a", "b", "c")]
+        text = render_text([*flows, result(spec_path=Path("ok.flow.yaml"))])
+        command = "flowproof-run a.flow.yaml b.flow.yaml c.flow.yaml --record"
+        assert text.splitlines()[-1] == (f"If the change is intended, re-record with: {command} — then review the "
+                                         "heal diff; otherwise fix the agent.")
+        assert "re-record" not in "\n".join(text.splitlines()[:-1]).replace("re-record the cassette.", "")
+
+    def test_each_kind_of_failure_gets_its_line_worst_first(self) -> None:
+        """A divergence, two failed checks and a crashed agent: one line each, none left out."""
+        flows = [
+            result(EXIT_ASSERTION, spec_path=Path("a.flow.yaml")),
+            result(EXIT_DIVERGENCE, spec_path=Path("d.flow.yaml"), divergences=(miss("model", "a", "b"),)),
+            result(EXIT_AGENT, spec_path=Path("x.flow.yaml"), failure="crash"),
+            result(EXIT_ASSERTION, spec_path=Path("b.flow.yaml")),
+        ]
+        last = render_text(flows).splitlines()[-3:]
+        assert last == [
+            "The agent crashed: fix it using its output above, then run again.",
+            "If the change is intended, re-record with: flowproof-run d.flow.yaml --record — then review the heal "
+            "diff; otherwise fix the agent.",
+            "Fix the agent (or the spec at the ✗ lines), then run: flowproof-run a.flow.yaml b.flow.yaml",
+        ]
+
+    def test_a_failed_check_under_pytest_is_run_again_through_pytest(self) -> None:
+        flow = result(EXIT_ASSERTION, record_command="pytest 'specs/b.flow.yaml::Book it' --flowproof-mode record")
+        assert next_step(flow).endswith("then run: pytest 'specs/b.flow.yaml::Book it'")
 
     def test_several_flows_end_with_one_table(self) -> None:
         """Several flows end with a table: a header and one aligned row per flow, in run order."""

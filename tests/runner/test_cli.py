@@ -52,6 +52,35 @@ class TestRun:
         assert f"flowproof-run {spec} --record" in res.output
         assert "Traceback" not in res.output
 
+    def test_an_absolute_spec_inside_the_working_directory_is_named_relative(
+        self, tmp_path: Path, fake_env, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The record command reads as the user types it, not as the machine's folders."""
+        (tmp_path / "flows").mkdir()
+        spec = write_spec(tmp_path / "flows")
+        monkeypatch.chdir(tmp_path)
+        res = invoke(run_command, [spec.resolve()])
+        assert res.exit_code == 2
+        assert "record one first with: flowproof-run flows/booking.flow.yaml --record" in res.output
+        assert f"{tmp_path}/flows/booking.flow.yaml --record" not in res.output
+
+    def test_several_diverged_flows_get_one_command_naming_each(
+        self, tmp_path: Path, fake_env, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        specs = [write_spec(tmp_path, name=n) for n in ("a", "b")]
+        for name in ("a", "b"):
+            (tmp_path / f"{name}.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        divergence = {"event": "divergence", "id": "1", "divergence": {
+            "kind": "unmatched", "request_number": 1, "closest_index": 0, "envelope": [], "fields": []}}
+        fake_env(events=[{"event": "request_started", "id": "1"}, divergence])
+        monkeypatch.chdir(tmp_path)
+        res = invoke(run_command, [s.resolve() for s in specs])
+        assert res.exit_code == 3, res.output
+        command = "flowproof-run a.flow.yaml b.flow.yaml --record"
+        last = res.output.rstrip().splitlines()[-1]
+        assert last.startswith(f"If the change is intended, re-record with: {command} —")
+        assert res.output.count("--record") == 1
+
     def test_bad_spec_points_at_line(self, tmp_path: Path, fake_env) -> None:
         """A bad spec exits 2 with file:line:col and no traceback."""
         spec = tmp_path / "bad.flow.yaml"
