@@ -152,8 +152,11 @@ def _row(flow: Mapping[str, Any]) -> str:
     mark = _PASS if flow.get("passed") else _FAIL
     seconds = flow.get("duration_seconds")
     time = f"{seconds:.1f}s" if isinstance(seconds, int | float) else ""
+    name, spec = str(flow.get("name", "")), str(flow.get("spec", ""))
+    # A spec that did not load is named by its file: said once.
+    label = inline(spec) if spec.endswith(f"/{name}") or spec == name else f"{inline(name)}<br>{inline(spec)}"
     cells = [
-        f"{inline(flow.get('name', ''))}<br>{inline(flow.get('spec', ''))}",
+        label,
         f"{mark} {inline(flow.get('verdict', ''))}",
         str(flow.get("turns", 0)),
         str(len(flow.get("tool_calls") or ())),

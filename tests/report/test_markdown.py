@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK
 from flowproof.report.markdown import MAX_BYTES, inline, markdown_report
@@ -47,6 +48,11 @@ class TestSummary:
         assert len(delimiter) == 5
         assert [c.strip() for c in rows[0]] == ["Booking<br>booking.flow.yaml", "✓ passed", "3", "2", "1.2s"]
         assert rows[1][1].strip() == "✗ replay divergence"
+
+    def test_a_spec_that_did_not_load_is_named_once(self) -> None:
+        """Its name is its file name: the cell says it once."""
+        text = markdown_report([result(2, spec_path=Path("specs/x.flow.yaml"), name="x.flow.yaml", error="bad")])
+        assert table_rows(text)[2][0].strip() == "specs/x.flow.yaml"
 
     def test_every_mode_of_the_run_is_named(self) -> None:
         text = markdown_report([result(), result(mode="record")])
