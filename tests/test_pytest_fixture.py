@@ -266,6 +266,53 @@ class TestRecordThenReplay:
         assert "[gw0]" in res.stdout.str() and "[gw1]" in res.stdout.str()
 
 
+#: Two more tests for one run: another test recording test_books's cassette, and a test
+#: recording one cassette in two sessions.
+SAME_CASSETTE_TESTS = '''
+
+def test_books_again(flowproof_proxy):
+    flowproof_proxy.session("cassettes/booking.json")
+    run_agent("Book KQ311")
+
+
+def test_twice(flowproof_proxy):
+    flowproof_proxy.session("cassettes/twice.json")
+    run_agent("Book KQ311")
+    flowproof_proxy.session("cassettes/twice.json")
+    run_agent("Book KQ311")
+'''
+
+
+class TestOneWriterPerCassette:
+    def test_a_second_test_recording_a_cassette_fails_naming_the_first_before_it_starts(
+        self, pytester: pytest.Pytester, agent_tests: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """In one pytest run, the first test to record a cassette claims it: a later test
+        recording it fails before its session starts, naming the first test, and the first
+        test's recording stays the cassette; a test that opens a second session on its
+        cassette fails the same way and keeps neither recording (the test failed)."""
+        (pytester.path / "test_agent.py").write_text(AGENT_TEST + SAME_CASSETTE_TESTS)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-fake-model")
+        # Enough answers for every agent run, so only the refusal can fail a test.
+        with FakeModelServer(SCRIPT * 4) as server:
+            monkeypatch.setenv("FLOWPROOF_UPSTREAM", f"api.openai.com={server.url}")
+            res = pytester.runpytest("--flowproof-mode", "record")
+            requests = len(server.requests)
+        res.assert_outcomes(passed=1, failed=2)
+        text = res.stdout.str()
+        assert ("test_agent.py::test_books and test_agent.py::test_books_again both record cassettes/booking.json, "
+                "so one recording would be lost — give each test its own cassette, or record them in separate "
+                "runs") in text
+        assert ("test_agent.py::test_twice records cassettes/twice.json in two sessions, so one recording would "
+                "be lost — give each session its own cassette") in text
+        assert "Traceback" not in text
+        # test_books and the first session of test_twice reached the model; nothing else did.
+        assert requests == 4
+        assert len(json.loads(agent_tests.read_text())["turns"]) == 2
+        assert not agent_tests.with_name("twice.json").exists()
+        assert agent_tests.with_name("twice.rejected.json").is_file()
+
+
 class TestOtel:
     """--flowproof-otel reaches the fixture's sessions: their spans are built as a flow's are,
     from the run record and the trajectory the one judge read (`runner.otel.flow_spans`)."""

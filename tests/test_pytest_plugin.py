@@ -179,6 +179,65 @@ class TestRun:
         assert "2 workers" in res.stdout.str()
 
 
+class TestOneWriterPerCassette:
+    def shared_pair(self, flows: Path, log: Path) -> tuple[Path, Path]:
+        """Two more specs whose `cassette:` is one file (their agents log that they ran)."""
+        make_good_only(flows)
+        pair = []
+        for name in ("first", "second"):
+            spec = write_spec(flows, name=name, command=f"echo {name} >> {log}")
+            spec.write_text(spec.read_text().replace("name: Booking assistant books a flight", f"name: {name}")
+                            + "cassette: shared.cassette.json\n")
+            pair.append(spec)
+        (flows / "shared.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        return pair[0], pair[1]
+
+    def test_two_flows_recording_one_cassette_both_fail_naming_each_other_before_either_runs(
+        self, pytester: pytest.Pytester, flows: Path, tmp_path: Path
+    ) -> None:
+        """flowproof-run refuses two specs of one --record run sharing a cassette; so does
+        pytest in record mode, in the same words, with no agent started and the cassette as it was."""
+        log = tmp_path / "runs.log"
+        self.shared_pair(flows, log)
+        before = (flows / "shared.cassette.json").read_bytes()
+        res = pytester.runpytest("specs/first.flow.yaml", "specs/second.flow.yaml", "--flowproof-mode", "record")
+        res.assert_outcomes(failed=2)
+        text = res.stdout.str()
+        refusal = ("specs/first.flow.yaml and specs/second.flow.yaml both record specs/shared.cassette.json, "
+                   "so one recording would be lost — give each spec its own `cassette:`, or record them "
+                   "in separate runs")
+        assert text.count(refusal) >= 2, text
+        assert "Traceback" not in text and "pytest_plugin.py" not in text
+        assert not log.exists()
+        assert (flows / "shared.cassette.json").read_bytes() == before
+
+    def test_under_xdist_the_pair_fails_whichever_workers_run_it(
+        self, pytester: pytest.Pytester, flows: Path, tmp_path: Path
+    ) -> None:
+        """Every xdist worker collects every item, so each finds the pair: on two workers too,
+        both fail and neither agent runs."""
+        log = tmp_path / "runs.log"
+        first, second = self.shared_pair(flows, log)
+        res = pytester.runpytest_subprocess(str(first), str(second), "--flowproof-mode", "record",
+                                            "-n", "2", "-p", "xdist", "--dist", "load")
+        res.assert_outcomes(failed=2)
+        assert res.stdout.str().count("both record specs/shared.cassette.json") >= 2
+        assert not log.exists()
+
+    def test_a_flow_left_out_of_the_selection_claims_nothing(
+        self, pytester: pytest.Pytester, flows: Path, tmp_path: Path
+    ) -> None:
+        """Claimed after deselection: `-k first` records the first spec alone; replay never claims."""
+        log = tmp_path / "runs.log"
+        self.shared_pair(flows, log)
+        res = pytester.runpytest("specs", "--flowproof-mode", "record", "-k", "first")
+        assert "both record" not in res.stdout.str()
+        assert log.read_text().split() == ["first"]
+        replayed = pytester.runpytest("specs")
+        assert "both record" not in replayed.stdout.str()
+        assert sorted(log.read_text().split()) == ["first", "first", "second"]
+
+
 class TestWarmProxyPerWorker:
     def test_each_xdist_worker_starts_one_proxy_for_all_its_flows(
         self, pytester: pytest.Pytester, ca_dir: Path, monkeypatch: pytest.MonkeyPatch

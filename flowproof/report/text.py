@@ -7,6 +7,7 @@ Pure: a `FlowResult` in, text out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from flowproof.advice import one_command, run_again
@@ -33,6 +34,7 @@ __all__ = [
     "flow_report",
     "guard_warnings",
     "indent",
+    "interrupted_step",
     "next_step",
     "next_steps",
     "render_flow",
@@ -117,6 +119,10 @@ def next_step(result: FlowResult, *, record_command: str | None = None) -> str:
                     "provider's status, rate limits), then run again.")
         if result.failure == "crash":
             return "The agent crashed: fix it using its output above, then run again."
+        if result.failure == "request":
+            kept = f" (the recording is in {result.rejected})" if result.rejected else ""
+            return (f"The agent sent a model request flowproof cannot read{kept}: fix how it builds the "
+                    "request named above, then run again.")
         return "Fix the agent start-up (see the error and its output above), then run again."
     if code >= 128:
         return "flowproof-run was interrupted: nothing was recorded or checked; run it again."
@@ -134,6 +140,24 @@ def next_steps(results: Sequence[FlowResult]) -> str:
         groups.setdefault((r.exit_code, r.mode == Mode.RECORD, r.failure, r.rejected), []).append(r)
     lines = {next_step(group[0], record_command=one_command([r.record_command for r in group])): None
              for group in groups.values()}
+    return "\n".join(lines)
+
+
+def interrupted_step(results: Sequence[FlowResult], unfinished: Sequence[Path] = ()) -> str | None:
+    """The last lines of a run a signal interrupted after some recordings were kept (a flow
+    that passed before the signal replaced its cassette): those cassettes, and the flows that
+    recorded nothing; ``unfinished`` are the specs whose flows had no result when the runner
+    exited. None when nothing was kept (`next_step` then says so)."""
+    recorded = [r for r in results if r.mode == Mode.RECORD]
+    kept = [r for r in recorded if r.passed]
+    if not kept:
+        return None
+    lines = ["flowproof-run was interrupted; flows that finished before the signal kept their recordings:"]
+    lines += [f"  kept: {r.cassette} (cassette written, recorded by {r.spec_path})" for r in kept]
+    lines += [f"  not recorded: {r.spec_path} ({verdict_name(r.exit_code)}; its cassette is unchanged)"
+              for r in recorded if not r.passed]
+    lines += [f"  not recorded: {spec} (interrupted; its cassette is unchanged)" for spec in unfinished]
+    lines.append("Review the kept cassettes (flowproof show CASSETTE), then record the other flows again.")
     return "\n".join(lines)
 
 
@@ -321,5 +345,7 @@ def render_text(
         else:
             last = "Review the heal diffs above and commit the cassettes."
     else:
-        last = next_steps(results)
+        worst = max(failed, key=lambda r: r.exit_code)
+        # After a signal, flows that finished first may have kept their recordings: say which.
+        last = (interrupted_step(results) if worst.exit_code >= 128 else None) or next_steps(results)
     return redact_text(printable("\n\n".join(blocks) + f"\n\n{summary}.\n{last}"), secrets)

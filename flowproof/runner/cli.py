@@ -33,7 +33,7 @@ from flowproof.redact import secret_values
 from flowproof.report.cassette import show_cassette
 from flowproof.report.files import write_html, write_junit, write_markdown
 from flowproof.report.json_report import render_json
-from flowproof.report.text import render_text, worst_exit
+from flowproof.report.text import interrupted_step, render_text, worst_exit
 from flowproof.runner.collect import collect_specs
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
 from flowproof.runner.flags import check_cassette_flag, check_one_writer, check_proxy_port, one_mode
@@ -162,9 +162,9 @@ def _run_flows(selected: Sequence[Path], options: Any, jobs: int, cancel: Any,
 
     A flow can be busy where it cannot look at `cancel` (a regex search, a long
     assertion): once the grace has passed after a signal, the runner exits with
-    128 + the signal number without waiting for it. Nothing is recorded then: a
+    128 + the signal number without waiting for it. Nothing more is recorded then: a
     recording only becomes a cassette by an atomic rename, and the proxy dies with
-    the runner (see runner/proxy.py).
+    the runner (see runner/proxy.py); the cassettes flows kept before the signal are named.
     """
     pool = ThreadPoolExecutor(max_workers=jobs)
     futures = [pool.submit(run_flow, p, options) for p in selected]
@@ -180,7 +180,11 @@ def _run_flows(selected: Sequence[Path], options: Any, jobs: int, cancel: Any,
             if signalled_at is not None and time.monotonic() - signalled_at > CANCEL_GRACE:
                 for staged in list(STAGED):
                     staged.unlink(missing_ok=True)
-                click.echo(f"{_program()}: {Interrupted(cancel.signum)}", err=True)
+                # Flows that finished before the signal may have replaced their cassettes.
+                finished = [f.result() for f in futures if f.done() and f.exception() is None]
+                unfinished = [p for p, f in zip(selected, futures, strict=True) if not f.done()]
+                kept = interrupted_step(finished, unfinished)
+                click.echo(kept or f"{_program()}: {Interrupted(cancel.signum)}", err=True)
                 sys.stderr.flush()
                 sys.stdout.flush()
                 # Not sys.exit: it would wait for the busy worker threads.

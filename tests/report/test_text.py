@@ -6,7 +6,7 @@ from pathlib import Path
 
 from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_OK
 from flowproof.log_events import ErrorKind
-from flowproof.report.text import flow_report, next_step, render_text, worst_exit
+from flowproof.report.text import flow_report, interrupted_step, next_step, render_text, worst_exit
 from flowproof.run_record import MissingCalls, RunError, RunRecord
 from flowproof.verdict import StepResult
 
@@ -193,3 +193,37 @@ class TestASessionWhoseTestFailed:
     def test_a_failed_session_keeps_its_own_verdict(self) -> None:
         failed = result(EXIT_DIVERGENCE, divergences=(miss("messages.1.content", "a", "b"),))
         assert flow_report(failed, test_failed=True) == flow_report(failed)
+
+
+class TestInterrupted:
+    def test_the_last_lines_list_the_cassettes_kept_before_the_signal_and_the_flows_not_recorded(self) -> None:
+        """A flow that passed before the signal replaced its cassette: the run's last lines say
+        so, instead of "nothing was recorded"."""
+        kept = result(spec_path=Path("a.flow.yaml"), cassette=Path("a.cassette.json"), mode="record", heal_diff="")
+        stopped = result(130, spec_path=Path("b.flow.yaml"), cassette=None, mode="record",
+                         error="interrupted by SIGINT: the agent and the proxy were stopped and nothing was recorded")
+        rejected = result(EXIT_ASSERTION, spec_path=Path("c.flow.yaml"), cassette=Path("c.cassette.json"),
+                          mode="record")
+        replayed = result(spec_path=Path("d.flow.yaml"))
+        text = render_text([kept, stopped, rejected, replayed])
+        assert text.endswith(
+            "flowproof-run was interrupted; flows that finished before the signal kept their recordings:\n"
+            "  kept: a.cassette.json (cassette written, recorded by a.flow.yaml)\n"
+            "  not recorded: b.flow.yaml (interrupted; its cassette is unchanged)\n"
+            "  not recorded: c.flow.yaml (assertion failed; its cassette is unchanged)\n"
+            "Review the kept cassettes (flowproof show CASSETTE), then record the other flows again."
+        )
+        assert "nothing was recorded or checked" not in text
+        # The runner's exit without waiting names the flows that had no result yet.
+        assert interrupted_step([kept], [Path("e.flow.yaml")]) == (
+            "flowproof-run was interrupted; flows that finished before the signal kept their recordings:\n"
+            "  kept: a.cassette.json (cassette written, recorded by a.flow.yaml)\n"
+            "  not recorded: e.flow.yaml (interrupted; its cassette is unchanged)\n"
+            "Review the kept cassettes (flowproof show CASSETTE), then record the other flows again."
+        )
+
+    def test_with_nothing_kept_the_last_line_says_nothing_was_recorded(self) -> None:
+        stopped = result(130, spec_path=Path("b.flow.yaml"), mode="record")
+        assert interrupted_step([stopped]) is None
+        assert render_text([stopped, result(spec_path=Path("d.flow.yaml"))]).endswith(
+            "flowproof-run was interrupted: nothing was recorded or checked; run it again.")

@@ -651,6 +651,46 @@ class TestMarkdownFlag:
         assert "Traceback" not in res.output
 
 
+class TestRunFlowsAfterTheGrace:
+    def test_a_runner_that_exits_without_waiting_names_the_cassettes_already_kept(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A flow stuck where it cannot see the signal: once the grace has passed the runner exits
+        at once, saying which cassette a finished flow kept and which flow recorded nothing."""
+        import threading
+
+        from flowproof.runner import cli as cli_module
+        from flowproof.runner.flow import Cancel
+        from flowproof.verdict import FlowResult
+
+        release = threading.Event()
+        cancel = Cancel()
+
+        def run_flow(path: Path, _options: object) -> FlowResult:
+            if path.name == "stuck.flow.yaml":
+                cancel.set()  # the signal arrives once the other flow has finished
+                release.wait(30)
+            return FlowResult(spec_path=path, name=path.name, mode="record", exit_code=0,
+                              cassette=Path("kept.cassette.json"))
+
+        def exit_now(code: int) -> None:
+            raise SystemExit(code)
+
+        monkeypatch.setattr(cli_module.os, "_exit", exit_now)
+        monkeypatch.setattr(cli_module, "CANCEL_GRACE", 0.1)
+        try:
+            with pytest.raises(SystemExit) as exited:
+                # One worker: the kept flow has finished before the stuck one starts.
+                cli_module._run_flows([Path("kept.flow.yaml"), Path("stuck.flow.yaml")], None, 1, cancel, run_flow)
+        finally:
+            release.set()
+        assert exited.value.code == 130
+        err = capsys.readouterr().err
+        assert "  kept: kept.cassette.json (cassette written, recorded by kept.flow.yaml)\n" in err
+        assert "  not recorded: stuck.flow.yaml (interrupted; its cassette is unchanged)\n" in err
+        assert "nothing was recorded" not in err
+
+
 class TestHtmlFlag:
     def test_every_flow_of_a_parallel_run_is_on_the_page(self, tmp_path: Path, fake_env) -> None:
         """-j 2 with --html: one page, both flows, the exit code unchanged by the report."""
