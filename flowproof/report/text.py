@@ -6,11 +6,12 @@ Pure: a `FlowResult` in, text out.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowproof.advice import one_command, run_again
+from flowproof.advice import one_command, run_again, shown_spec
 from flowproof.errors import (
     EXIT_AGENT,
     EXIT_ASSERTION,
@@ -87,11 +88,11 @@ def next_step(result: FlowResult, *, record_command: str | None = None) -> str:
     code, command = result.exit_code, record_command or result.record_command
     if code == EXIT_OK:
         if result.mode == Mode.RECORD:
+            cassette = shlex.quote(shown_spec(result.cassette, Path.cwd())) if result.cassette else "the cassette"
             if result.heal_diff is None:
                 # A first-ever record: there was no cassette, so there is no heal diff to review.
-                return (f"A new cassette: read it (flowproof show {result.cassette}) and commit it "
-                        "with the spec.")
-            return f"Review the heal diff above and commit {result.cassette}."
+                return f"A new cassette: read it (flowproof show {cassette}) and commit it with the spec."
+            return f"Review the heal diff above and commit {cassette}."
         return "Nothing to do."
     if code == EXIT_DIVERGENCE:
         return (

@@ -23,6 +23,16 @@ class TestText:
             "A new cassette: read it (flowproof show booking.cassette.json) and commit it with the spec."
         )
 
+    def test_a_new_cassette_is_named_as_a_command_from_here_would(self, tmp_path: Path, monkeypatch) -> None:
+        """A cassette inside the working directory is named relative to it, and a path with a
+        space is quoted, so the `flowproof show` line pastes into a shell as it is."""
+        monkeypatch.chdir(tmp_path)
+        inside = result(mode="record", heal_diff=None, cassette=tmp_path / "my flows" / "a.cassette.json")
+        assert "(flowproof show 'my flows/a.cassette.json')" in render_text([inside])
+        elsewhere = result(mode="record", heal_diff="x", cassette=Path("/elsewhere/b.cassette.json"))
+        last = render_text([elsewhere]).splitlines()[-1]
+        assert last == "Review the heal diff above and commit /elsewhere/b.cassette.json."
+
     def test_a_re_record_asks_to_review_its_heal_diff(self) -> None:
         text = render_text([result(mode="record", heal_diff="turn 1: create_booking flight.id: KQ311 -> KQ999")])
         assert "heal diff (old cassette -> new recording):" in text
