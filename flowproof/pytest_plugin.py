@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shlex
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from flowproof.advice import record_under_pytest
 from flowproof.errors import EXIT_USAGE, FlowFailure, FlowproofError, OtelError
 from flowproof.options import Mode, Route, host_settings
 from flowproof.redact import secret_values
@@ -201,10 +200,10 @@ class FlowItem(pytest.Item):
         # The same settings flowproof-run takes from the environment (FLOWPROOF_UPSTREAM, …).
         hosts = host_settings(os.environ)
         otel = bool(self.config.getoption("flowproof_otel"))
+        # Under pytest the flow is recorded again through pytest: its errors and report say that command.
         options = RunOptions(mode=mode, upstream=hosts.upstream, extra_hosts=hosts.extra_hosts, proxies=pool,
-                             otel=otel)
-        # Under pytest the flow is recorded again through pytest: the report is told that command.
-        result = replace(run_flow(self.path, options), record_command=record_under_pytest(self.nodeid))
+                             otel=otel, rerecord=record_under_pytest(self.nodeid))
+        result = run_flow(self.path, options)
         report = flow_report(result, secrets=secret_values(os.environ))
         if otel:
             export_spans(result, report)
@@ -235,11 +234,6 @@ def export_spans(result: FlowResult, report: str) -> None:
         export_runs([result.spans])
     except OtelError as e:
         raise FlowFailure(f"{report}\n--flowproof-otel: {e}", e.exit_code) from None
-
-
-def record_under_pytest(nodeid: str) -> str:
-    """The command that records the cassette of the test ``nodeid`` again, through pytest."""
-    return f"pytest {shlex.quote(nodeid)} --flowproof-mode record"
 
 
 def _shared_ca() -> CAFiles:
@@ -348,7 +342,8 @@ class FlowproofProxy:
 
     def _judge(self, session: ProxySession, exc: BaseException | None) -> None:
         result = session.close(failed=exc is not None)
-        report = session_report(session, result, exc)
+        # A skip or an interruption is not the test failing: the report does not say it failed.
+        report = session_report(session, result, None if isinstance(exc, _NOT_REPLACED) else exc)
         if session.otel and not isinstance(exc, _NOT_REPLACED):
             export_spans(result, report)
         if not result.passed and not isinstance(exc, _NOT_REPLACED):

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from flowproof.advice import record_command as flow_record_command
 from flowproof.assertions import AssertionResult, Mismatch, describe_assertion, evaluate
@@ -49,7 +49,6 @@ from flowproof.errors import (
     FlowproofError,
     WireError,
 )
-from flowproof.genai_spans import SpanRecord
 from flowproof.guard import guard_evidence
 from flowproof.log_events import ErrorKind
 from flowproof.options import Mode
@@ -58,6 +57,9 @@ from flowproof.spec.types import FlowSpec, ParallelCallsAssertion, SubagentAsser
 from flowproof.trajectory import MCP, Trajectory, boundary_of
 from flowproof.turns import ToolCall, Turn
 from flowproof.wire import codec_by_name
+
+if TYPE_CHECKING:  # the spans (and their module) are built only with --otel
+    from flowproof.genai_spans import SpanRecord
 
 __all__ = [
     "Advice",
@@ -524,10 +526,13 @@ class FlowResult:
     def passed(self) -> bool:
         return self.exit_code == EXIT_OK
 
-    def divergence_texts(self) -> tuple[str, ...]:
-        """Each divergence as the report shows it (ending with `record_command`)."""
-        return tuple(m.render(self.record_command) for m in self.divergences)
+    def divergence_texts(self, *, command: bool = True) -> tuple[str, ...]:
+        """Each divergence as the report shows it (ending with `record_command`; without it when
+        ``command`` is false: the text report names it once, on its last line)."""
+        shown = self.record_command if command else ""
+        return tuple(m.render(shown) for m in self.divergences)
 
-    def missing_text(self) -> str | None:
-        """The missing-calls report (ending with `record_command`), or None."""
-        return self.missing.render(self.record_command) if self.missing is not None else None
+    def missing_text(self, *, command: bool = True) -> str | None:
+        """The missing-calls report (ending with `record_command` unless ``command`` is false), or None."""
+        shown = self.record_command if command else ""
+        return self.missing.render(shown) if self.missing is not None else None

@@ -52,7 +52,8 @@ def test_books(flowproof_proxy):
     flowproof_proxy.session("cassettes/booking.json")
     run_agent(os.environ.get("FP_PROMPT", "Book KQ311"))
     trajectory = flowproof_proxy.trajectory()
-    flowproof.assert_tool_call(trajectory, "create_booking where flight.id equals KQ311")
+    flight = os.environ.get("FP_EXPECT_FLIGHT", "KQ311")
+    flowproof.assert_tool_call(trajectory, f"create_booking where flight.id equals {flight}")
     flowproof.assert_reply(trajectory, "Booked")
     if os.environ.get("FP_FAIL_AFTER"):
         pytest.fail("the test failed after the agent ran")
@@ -79,7 +80,7 @@ SCRIPT = [
 SCRUBBED = (
     "OPENAI_API_KEY", "OPENAI_BASE_URL", "FLOWPROOF_UPSTREAM", "FLOWPROOF_ADDON_SCRIPT",
     "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy",
-    "SSL_CERT_FILE", "FP_PROMPT", "FP_FAIL_AFTER",
+    "SSL_CERT_FILE", "FP_PROMPT", "FP_FAIL_AFTER", "FP_EXPECT_FLIGHT",
 )
 
 
@@ -192,12 +193,32 @@ class TestRecordThenReplay:
         assert "replay divergence" in text
         assert 'recorded "Book KQ311", replayed "Book KQ999"' in text
         # The advice is the pytest command that records this test, not a bare mitmdump line.
-        assert "re-record the cassette: pytest test_agent.py::test_books --flowproof-mode record" in text
+        assert "re-record with: pytest test_agent.py::test_books --flowproof-mode record" in text
+        assert text.count("--flowproof-mode record") == 1  # given once, on the report's last line
         assert "mitmdump" not in text
         # The SDK error the divergence caused is named, but no traceback is shown.
         assert "the test then failed with: BadRequestError" in text
         assert "Traceback" not in text and "site-packages" not in text
         assert agent_tests.read_bytes() == kept
+
+    def test_a_failed_trajectory_assertion_is_not_reported_as_passed(
+        self, pytester: pytest.Pytester, agent_tests: Path, recorded: tuple[Path, int],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """The replay matched, then flowproof.assert_tool_call failed: the test's flowproof
+        section says the test failed and why, never "passed" or "Nothing to do"."""
+        copy_cassette(recorded, agent_tests)
+        monkeypatch.setenv("FP_EXPECT_FLIGHT", "KQ999")
+        res = pytester.runpytest()
+        res.assert_outcomes(failed=1)
+        text = res.stdout.str()
+        assert "expected create_booking where flight.id equals KQ999" in text
+        section = text[text.index("Captured flowproof call"):]
+        assert "— passed" not in section and "Nothing to do" not in section
+        assert "✗ test_agent.py::test_books [replay] — the test failed" in section
+        said = "the test failed with: TrajectoryAssertionError: expected create_booking where flight.id equals KQ999"
+        assert said in section
+        assert "tool calls: create_booking" in section  # what the agent did, to compare with the assertion
 
     def test_record_of_a_failing_test_leaves_the_old_cassette_byte_identical(
         self, pytester: pytest.Pytester, agent_tests: Path, recorded: tuple[Path, int],
@@ -212,6 +233,9 @@ class TestRecordThenReplay:
             assert len(server.requests) == 2  # the agent really ran against the model
         res.assert_outcomes(failed=1)
         assert "the test failed after the agent ran" in res.stdout.str()
+        section = res.stdout.str()[res.stdout.str().index("Captured flowproof call"):]
+        assert "— passed" not in section
+        assert "Nothing was recorded (the recording is in " in section and "the test failed; fix" in section
         assert agent_tests.read_bytes() == kept
         assert agent_tests.with_name("booking.rejected.json").is_file()
         assert not agent_tests.with_name("booking.recording.json").exists()

@@ -94,7 +94,7 @@ class TestRun:
         assert "✗ Refund guard [replay] — assertion failed" in failure
         assert "✗ create_booking where flight.id equals KQ999" in failure
         assert 'flight.id is "KQ311"' in failure
-        assert "Fix the agent" in failure
+        assert "then run: pytest 'specs/bad.flow.yaml::Refund guard'" in failure
         assert failure.count("✗ Refund guard [replay]") == 1
         for noise in ("Traceback", "def runtest", "FlowFailure", "pytest_plugin.py"):
             assert noise not in failure
@@ -110,7 +110,20 @@ class TestRun:
         res.assert_outcomes(failed=1)
         command = "pytest 'specs/nested/good.flow.yaml::Booking assistant books a flight' --flowproof-mode record"
         text = res.stdout.str()
-        assert f"re-record the cassette: {command}" in text and f"re-record with: {command}" in text
+        assert f"re-record with: {command}" in text and text.count(command) == 1
+        assert "flowproof-run" not in text
+
+    def test_a_missing_cassette_says_to_record_it_through_pytest(
+        self, pytester: pytest.Pytester, flows: Path
+    ) -> None:
+        """The error that stops the flow before it runs names pytest's command too, relative."""
+        make_good_only(flows)
+        (flows / "nested" / "good.cassette.json").unlink()
+        res = pytester.runpytest("specs")
+        res.assert_outcomes(failed=1)
+        text = res.stdout.str()
+        command = "pytest 'specs/nested/good.flow.yaml::Booking assistant books a flight' --flowproof-mode record"
+        assert f"no cassette to replay — record one first with: {command}" in text
         assert "flowproof-run" not in text
 
     def test_mode_option_reaches_the_flow(self, pytester: pytest.Pytester, flows: Path) -> None:
