@@ -71,6 +71,10 @@ class _Tail:
                     del self._data[: len(self._data) - self._limit]
         except (OSError, ValueError):
             pass
+        finally:
+            # The reader owns the pipe: closed at EOF, not by the garbage collector (a
+            # ResourceWarning for each agent a long-lived process such as pytest runs).
+            self._stream.close()
 
     def text(self, timeout: float = 2.0) -> str:
         self._thread.join(timeout)
