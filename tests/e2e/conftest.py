@@ -249,6 +249,13 @@ def flowproof(flowproof_ca: Path) -> Flowproof:
 
 
 @pytest.fixture(scope="session")
+def subprocess_flowproof(flowproof_ca: Path) -> Flowproof:
+    """``flowproof-run`` as a subprocess, for a test of a module whose ``flowproof`` runs
+    in-process but that needs a proxy of its own (started with the run's environment)."""
+    return Flowproof(flowproof_ca)
+
+
+@pytest.fixture(scope="session")
 def in_process_flowproof(flowproof_ca: Path) -> Iterator[InProcessFlowproof]:
     """The runner driver in this process, on proxies kept for the worker (see `InProcessFlowproof`)."""
     pool = KeptProxies(flowproof_ca.parent)
