@@ -81,6 +81,15 @@ class _Tail:
         return bytes(self._data[-self._limit :]).decode("utf-8", "replace")
 
 
+def _close_quietly(stream: Any) -> None:
+    """Close a pipe whose reader may be gone. A failed flush still closes the file, and a
+    pipe left open is a ResourceWarning when it is collected (the agent exited first)."""
+    try:
+        stream.close()
+    except OSError:
+        pass
+
+
 def render_command(command: str, prompt: str | None) -> tuple[str, bool]:
     """Substitute ``{prompt}`` (shell-quoted); returns the command and whether it was used."""
     if prompt is not None and PLACEHOLDER in command:
@@ -230,14 +239,12 @@ def run_command_agent(
             process.stdin.flush()  # type: ignore[union-attr]
         except (BrokenPipeError, OSError):
             stdin_open = False
+            _close_quietly(process.stdin)
 
     def close_stdin() -> None:
         nonlocal stdin_open
         if stdin_open:
-            try:
-                process.stdin.close()  # type: ignore[union-attr]
-            except OSError:
-                pass
+            _close_quietly(process.stdin)
             stdin_open = False
 
     try:
