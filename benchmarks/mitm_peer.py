@@ -8,6 +8,12 @@
   at least do, and the peer flowproof's record-mode time to first chunk is
   measured against.
 
+- ``--set bench_canned=FLOWS`` answers every request with the first response
+  saved in the mitmproxy flow file FLOWS, matching nothing and reaching no
+  upstream: the least any replaying addon inside mitmproxy can cost per call
+  (the proxy's own TLS, HTTP parsing and response writing), so the floor of a
+  proxy-route replay.
+
 Not loaded for ``--server-replay``: that peer never reaches an upstream.
 """
 
@@ -16,16 +22,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from mitmproxy import ctx, http
+from mitmproxy import ctx, http, io
 from mitmproxy.addonmanager import Loader
 
 
 class BenchPeer:
+    def __init__(self) -> None:
+        self.canned: http.Response | None = None
+
     def load(self, loader: Loader) -> None:
         loader.add_option("bench_upstream", str, "", "http://host:port that api.openai.com goes to")
         loader.add_option("bench_tap", bool, False, "stream response bodies through a copying tap")
+        loader.add_option("bench_canned", str, "", "a flow file whose first response answers every request")
+
+    def configure(self, updated: set[str]) -> None:
+        if "bench_canned" in updated and ctx.options.bench_canned:
+            with open(ctx.options.bench_canned, "rb") as f:
+                for saved in io.FlowReader(f).stream():
+                    if isinstance(saved, http.HTTPFlow) and saved.response is not None:
+                        self.canned = saved.response
+                        break
 
     def request(self, flow: http.HTTPFlow) -> None:
+        if self.canned is not None:
+            flow.response = self.canned.copy()
+            return
         target = ctx.options.bench_upstream
         if target and flow.request.pretty_host == "api.openai.com":
             parts = urlsplit(target)

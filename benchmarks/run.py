@@ -11,6 +11,8 @@ interleaved round by round, and the table shows medians over the rounds:
   (d) vcrpy        vcrpy in the agent, matching on the body too; nothing reaches the server
   (e) fp proxy     ``flowproof-run`` replay, route proxy (HTTPS_PROXY + the flowproof CA)
   (f) fp base-url  ``flowproof-run`` replay, route base_url (OPENAI_BASE_URL -> a reverse listener)
+  (g) mitm canned  ``mitmdump`` answering every call with one saved response, matching
+                   nothing: the floor of any replay inside mitmproxy (benchmarks/mitm_peer.py)
 
 for JSON and SSE answers, sequential and 8 concurrent clients. Then start-up
 (whole processes), time to first chunk of a 1-second stream (flowproof record
@@ -68,11 +70,12 @@ _SCRUB = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HTTPS_PROXY", "HTTP_PROXY", "htt
 #: The answer to every call: about forty words, so an SSE answer is about forty events.
 ANSWER = " ".join(f"word{i}" for i in range(40))
 
-PEERS = ("floor", "mitm-pass", "mitm-replay", "vcrpy", "fp-proxy", "fp-base")
+PEERS = ("floor", "mitm-pass", "mitm-replay", "vcrpy", "fp-proxy", "fp-base", "mitm-canned")
 LABELS = {
     "floor": "(a) SDK -> fake server (floor)",
     "mitm-pass": "(b) mitmdump pass-through",
     "mitm-replay": "(c) mitmdump --server-replay",
+    "mitm-canned": "(g) mitmdump canned answer",
     "vcrpy": "(d) vcrpy, body matching",
     "fp-proxy": "(e) flowproof replay, proxy",
     "fp-base": "(f) flowproof replay, base-URL",
@@ -359,6 +362,15 @@ class Bench:
                 finally:
                     proxy.stop()
                 return Sample.of(result, time.perf_counter() - started, cfg.concurrency)
+        if peer == "mitm-canned":
+            with self.offline(peer):
+                started = time.perf_counter()
+                proxy = Mitmdump(d, self.confdir, "-s", str(PEER_SCRIPT), "--set", f"bench_canned={d / 'flows.mitm'}")
+                try:
+                    result, _ = run_agent(cfg, self.calls, self.proxy_env(proxy), self.out)
+                finally:
+                    proxy.stop()
+                return Sample.of(result, time.perf_counter() - started, cfg.concurrency)
         if peer == "vcrpy":
             with self.offline(peer):
                 result, whole = run_agent(cfg, self.calls, self.direct_env(), self.out,
@@ -535,8 +547,12 @@ def render(args: argparse.Namespace, info: dict[str, Any], result: dict[str, Any
     lines.append("")
     lines.append(f"{'ratios (of +floor unless said; n/a: a +floor <= 0)':62s}" + "".join(f"{n:>9s}" for n in names))
     rows = [
-        ("flowproof proxy / mitmdump server-replay (target <= 1.0)", "fp-proxy", "mitm-replay", "over_floor_ms"),
+        ("flowproof proxy / mitmdump server-replay (target <= 0.5)", "fp-proxy", "mitm-replay", "over_floor_ms"),
         ("  the same in CPU", "fp-proxy", "mitm-replay", "cpu_over_floor_ms"),
+        ("mitmdump canned answer / server-replay (the proxy floor)", "mitm-canned", "mitm-replay", "over_floor_ms"),
+        ("  the same in CPU", "mitm-canned", "mitm-replay", "cpu_over_floor_ms"),
+        ("flowproof proxy / mitmdump canned answer", "fp-proxy", "mitm-canned", "over_floor_ms"),
+        ("  the same in CPU", "fp-proxy", "mitm-canned", "cpu_over_floor_ms"),
         ("flowproof base-URL / mitmdump server-replay", "fp-base", "mitm-replay", "over_floor_ms"),
         ("  the same in CPU", "fp-base", "mitm-replay", "cpu_over_floor_ms"),
         ("flowproof proxy / vcrpy", "fp-proxy", "vcrpy", "over_floor_ms"),

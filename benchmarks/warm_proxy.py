@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -181,18 +182,29 @@ def main() -> None:
             for peer in peers.values():  # one untimed warm-up of each (imports, page cache)
                 peer(min(sizes))
             times: dict[tuple[str, int], list[float]] = {(p, n): [] for p in PEERS for n in sizes}
+            cpu: dict[tuple[str, int], list[float]] = {(p, n): [] for p in PEERS for n in sizes}
+            load_start = os.getloadavg()
             for _ in range(args.runs):
                 order = [(p, n) for p in PEERS for n in sizes]
                 random.shuffle(order)
                 for peer, n in order:
+                    # CPU: every process the run waited for (agents, mitmdump, flowproof-run and
+                    # its children), from the kernel's accounting; the fake server is not in it.
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
                     started = time.perf_counter()
                     peers[peer](n)
                     times[(peer, n)].append(time.perf_counter() - started)
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    cpu[(peer, n)].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            load_end = os.getloadavg()
 
     medians = {f"{p}/{n}": statistics.median(times[(p, n)]) for p in PEERS for n in sizes}
+    cpu_medians = {f"{p}/{n}": statistics.median(cpu[(p, n)]) for p in PEERS for n in sizes}
     if args.json:
-        print(json.dumps({"sizes": sizes, "runs": args.runs, "median_seconds": medians}, indent=2))
+        print(json.dumps({"sizes": sizes, "runs": args.runs, "median_seconds": medians,
+                          "median_cpu_seconds": cpu_medians, "load": [load_start, load_end]}, indent=2))
         return
+    print(f"load average {[round(x, 2) for x in load_start]} at start, {[round(x, 2) for x in load_end]} at end")
     print(f"N flows, sequential; medians of {args.runs} interleaved rounds (seconds)\n")
     print(f"{'N':>4}  " + "  ".join(f"{p:>15}" for p in PEERS) + "  per flow over direct: mitmdump / cold / warm"
           "   warm/mitmdump  warm/cold")
@@ -207,7 +219,13 @@ def main() -> None:
         small, large = min(sizes), max(sizes)
         slope = ((medians[f"flowproof warm/{large}"] - medians[f"direct/{large}"])
                  - (medians[f"flowproof warm/{small}"] - medians[f"direct/{small}"])) / (large - small)
-        print(f"\nwarm: one more flow costs {slope:.3f} s over the agent itself (slope N={small}..{large})")
+        cpu_slope = ((cpu_medians[f"flowproof warm/{large}"] - cpu_medians[f"direct/{large}"])
+                     - (cpu_medians[f"flowproof warm/{small}"] - cpu_medians[f"direct/{small}"])) / (large - small)
+        print(f"\nwarm: one more flow costs {slope:.3f} s over the agent itself (slope N={small}..{large}), "
+              f"and {cpu_slope:.3f} CPU-s over the agent's own CPU")
+    print("\nCPU seconds (every waited process), medians:")
+    for n in sizes:
+        print(f"{n:>4}  " + "  ".join(f"{cpu_medians[f'{p}/{n}']:>15.2f}" for p in PEERS))
 
 
 if __name__ == "__main__":

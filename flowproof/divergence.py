@@ -161,7 +161,8 @@ class Divergence:
         return self.note or "some recorded turns were never requested"
 
     def render(self, record_command: str = DEFAULT_RECORD_COMMAND) -> str:
-        """The report: summary, ``- `` bullets (envelope, then fields), hint, what to do."""
+        """The report: summary, ``- `` bullets (envelope, then fields), hint, what to do (naming
+        ``record_command``; "" names none, for a report that gives the command elsewhere)."""
         lines = [self.summary()]
         lines += [f"- {e}" for e in self.envelope]
         lines += [f"- {f.render()}" for f in self.fields[:MAX_FIELDS]]
@@ -173,13 +174,15 @@ class Divergence:
         return "\n".join(lines)
 
     def _todo(self, cmd: str) -> str:
+        # No command (""): the report names it once, on its last line.
+        with_cmd = f": {cmd}" if cmd else "."
         if self.kind == "after-failure":
             return "Fix the first divergence; the requests after it follow from it."
         if self.kind == "missing":
-            return f"If the agent now makes fewer calls on purpose, re-record the cassette: {cmd}"
+            return f"If the agent now makes fewer calls on purpose, re-record the cassette{with_cmd}"
         if self.kind == "extra":
-            return f"If the extra call is intended, re-record the cassette: {cmd}"
-        return f"If this change is intended, re-record the cassette: {cmd}"
+            return f"If the extra call is intended, re-record the cassette{with_cmd}"
+        return f"If this change is intended, re-record the cassette{with_cmd}"
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of every field (for the event log and ``--json``)."""

@@ -103,12 +103,16 @@ class CassetteNotFoundError(CassetteError):
 
 
 class WireError(FlowproofError):
-    """A request or response body does not have the shape a provider codec expects."""
+    """A request or response body does not have the shape a provider codec expects.
 
-    def __init__(self, provider: str, field: str, reason: str) -> None:
+    ``part`` says which body of a turn it was (``request``, ``response``), when the caller
+    knows (`flowproof.views.turn_views`); the message is the same either way."""
+
+    def __init__(self, provider: str, field: str, reason: str, part: str = "") -> None:
         self.provider = provider
         self.field = field
         self.reason = reason
+        self.part = part
         super().__init__(f"{provider}: {field}: {reason}")
 
 

@@ -20,11 +20,20 @@ __all__ = ["cut_pair", "first_difference", "window"]
 ELLIPSIS = "…"
 
 
+#: Characters compared at once by `first_difference` before it looks at single ones.
+_BLOCK = 512
+
+
 def first_difference(a: str, b: str) -> int:
     """The index of the first character where ``a`` and ``b`` differ (the shorter length
     when one is a prefix of the other, including when they are equal)."""
     n = min(len(a), len(b))
-    for i in range(n):
+    # Whole blocks compared as slices first (in C), then the differing block by character:
+    # a report compares 50 kB values, where a loop over every character took milliseconds.
+    start = 0
+    while start < n and a[start:start + _BLOCK] == b[start:start + _BLOCK]:
+        start += _BLOCK
+    for i in range(start, min(start + _BLOCK, n)):
         if a[i] != b[i]:
             return i
     return n

@@ -22,20 +22,20 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shlex
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from flowproof.errors import FlowFailure, FlowproofError, OtelError
+from flowproof.advice import record_under_pytest
+from flowproof.errors import EXIT_USAGE, FlowFailure, FlowproofError, OtelError
 from flowproof.options import Mode, Route, host_settings
 from flowproof.redact import secret_values
 from flowproof.report.text import flow_report
 from flowproof.runner.collect import FLOW_SUFFIX
 from flowproof.runner.env import CAFiles, default_ca_dir, ensure_ca
+from flowproof.runner.flags import WriterClaims
 from flowproof.runner.flow import RunOptions, run_flow
 from flowproof.runner.otel import check_otel, export_runs
 from flowproof.runner.proxy import ProxyPool, warm_enabled
@@ -101,40 +101,109 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     return None
 
 
+#: Who records each cassette in this pytest process: the flow items (claimed at collection)
+#: and the fixture's sessions (claimed as each opens).
+_CLAIMS = pytest.StashKey[WriterClaims]()
+
+
+def writer_claims(config: pytest.Config) -> WriterClaims:
+    """This pytest process's cassette claims (`flowproof.runner.flags.WriterClaims`)."""
+    claims = config.stash.get(_CLAIMS, None)
+    if claims is None:
+        claims = config.stash[_CLAIMS] = WriterClaims()
+    return claims
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In record mode, two selected flows recording one cassette both fail, naming each other,
+    before either runs, as flowproof-run refuses them: one recording would replace the other.
+
+    Claimed once the selection is final (after ``-k``, ``-m`` and ``--deselect``), so a flow
+    left out claims nothing. Under pytest-xdist every worker collects every item, so each
+    worker finds the same pairs whichever worker runs them.
+    """
+    if str(session.config.getoption("flowproof_mode")) != Mode.RECORD.value:
+        return
+    claims = writer_claims(session.config)
+    items = [i for i in session.items if isinstance(i, FlowItem) and i.cassette is not None]
+    by_file = {item.spec_file: item for item in items}
+    for item in items:
+        assert item.cassette is not None
+        try:
+            claims.claim(item.spec_file, item.cassette, shown=_shown(session.config, item.cassette))
+        except FlowproofError as e:
+            item.refused = str(e)
+            first = by_file.get(claims.first(item.cassette) or "")
+            if first is not None and first.refused is None:
+                first.refused = str(e)
+
+
+def _shown(config: pytest.Config, path: Path) -> Path:
+    """``path`` as a message shows it: from pytest's root directory when it lies below."""
+    try:
+        return path.resolve().relative_to(config.rootpath)
+    except ValueError:
+        return path
+
+
 def flow_id(path: Path) -> str:
     """The item name ``pytest -v`` shows: the spec's ``name:``, or the file's stem when the
     spec does not load (the item then fails with the spec error)."""
+    return _flow_facts(path)[0]
+
+
+def _flow_facts(path: Path) -> tuple[str, Path | None]:
+    """The item name (`flow_id`) and the spec's cassette (None when the spec does not load),
+    from one load."""
     try:
-        name = load_spec(path).name
+        spec = load_spec(path)
     except FlowproofError:
-        name = ""
+        name, cassette = "", None
+    else:
+        name, cassette = spec.name, spec.cassette
     name = " ".join(name.split()) or path.name.removesuffix(FLOW_SUFFIX)
     # `::` separates the parts of a node id; `[`/`]` would read as parameters.
-    return name.replace("::", ": ").replace("[", "(").replace("]", ")")
+    return name.replace("::", ": ").replace("[", "(").replace("]", ")"), cassette
 
 
 class FlowFile(pytest.File):
     """A spec file: one flow, so one item."""
 
     def collect(self) -> Iterator[pytest.Item]:
-        item: FlowItem = FlowItem.from_parent(self, name=flow_id(self.path))
+        name, cassette = _flow_facts(self.path)
+        item: FlowItem = FlowItem.from_parent(self, name=name)
+        item.cassette = cassette
         yield item
 
 
 class FlowItem(pytest.Item):
     """One flow, run as ``flowproof-run`` runs it; fails with flowproof's report."""
 
+    #: The spec's cassette (None when the spec does not load: the run reports the spec error).
+    cassette: Path | None = None
+    #: Set at collection when another collected spec records the same cassette: the item
+    #: fails with it and runs nothing (`pytest_collection_finish`).
+    refused: str | None = None
+
+    @property
+    def spec_file(self) -> str:
+        """The spec as pytest names it (the file part of the node id)."""
+        return self.nodeid.split("::", 1)[0]
+
     def runtest(self) -> None:
+        if self.refused is not None:
+            raise FlowFailure(self.refused, EXIT_USAGE)
         mode = str(self.config.getoption("flowproof_mode"))
         _shared_ca()
         pool = proxy_pool(self.config)
         # The same settings flowproof-run takes from the environment (FLOWPROOF_UPSTREAM, …).
         hosts = host_settings(os.environ)
         otel = bool(self.config.getoption("flowproof_otel"))
+        # Under pytest the flow is recorded again through pytest: its errors and report say that command.
         options = RunOptions(mode=mode, upstream=hosts.upstream, extra_hosts=hosts.extra_hosts, proxies=pool,
-                             otel=otel)
-        # Under pytest the flow is recorded again through pytest: the report is told that command.
-        result = replace(run_flow(self.path, options), record_command=record_under_pytest(self.nodeid))
+                             otel=otel, rerecord=record_under_pytest(self.nodeid))
+        result = run_flow(self.path, options)
         report = flow_report(result, secrets=secret_values(os.environ))
         if otel:
             export_spans(result, report)
@@ -167,11 +236,6 @@ def export_spans(result: FlowResult, report: str) -> None:
         raise FlowFailure(f"{report}\n--flowproof-otel: {e}", e.exit_code) from None
 
 
-def record_under_pytest(nodeid: str) -> str:
-    """The command that records the cassette of the test ``nodeid`` again, through pytest."""
-    return f"pytest {shlex.quote(nodeid)} --flowproof-mode record"
-
-
 def _shared_ca() -> CAFiles:
     """Create the CA under a file lock: xdist workers start flows at the same moment, and two
     first-time CA creations racing would leave a proxy and a trust bundle that disagree."""
@@ -185,6 +249,8 @@ def _shared_ca() -> CAFiles:
 # --- the in-process fixture -------------------------------------------------------------------
 
 _FIXTURE = pytest.StashKey["FlowproofProxy"]()
+#: What to do about two tests recording one cassette.
+FIXTURE_ADVICE = "give each test its own cassette, or record them in separate runs"
 
 
 class FlowproofProxy:
@@ -221,11 +287,13 @@ class FlowproofProxy:
         reads them. The session is served by this pytest process's proxy. A session still
         open is judged first: one set of variables at a time.
         """
-        for open_session in self._open():
-            self._judge(open_session, None)
         path = Path(cassette)
         if not path.is_absolute():
             path = self._item.path.parent / path
+        if self.mode == Mode.RECORD.value:
+            self._claim(path)
+        for open_session in self._open():
+            self._judge(open_session, None)
         session = ProxySession(
             path,
             mode=self.mode,
@@ -257,12 +325,25 @@ class FlowproofProxy:
         for session in self._open():
             self._judge(session, exc)
 
+    def _claim(self, path: Path) -> None:
+        """One writer per cassette, checked before anything starts: another test of this run
+        recording ``path`` — or an earlier session of this test — would lose one recording
+        (the cassette lock only stops writers at the same moment)."""
+        shown = _shown(self._item.config, path)
+        if any(os.path.abspath(s.cassette) == os.path.abspath(path) for s in self._sessions):
+            raise FlowproofError(
+                f"{self._item.nodeid} records {shown} in two sessions, so one recording would be lost — "
+                "give each session its own cassette"
+            )
+        writer_claims(self._item.config).claim(self._item.nodeid, path, advice=FIXTURE_ADVICE, shown=shown)
+
     def _open(self) -> list[ProxySession]:
         return [s for s in self._sessions if s.result is None]
 
     def _judge(self, session: ProxySession, exc: BaseException | None) -> None:
         result = session.close(failed=exc is not None)
-        report = session_report(session, result, exc)
+        # A skip or an interruption is not the test failing: the report does not say it failed.
+        report = session_report(session, result, None if isinstance(exc, _NOT_REPLACED) else exc)
         if session.otel and not isinstance(exc, _NOT_REPLACED):
             export_spans(result, report)
         if not result.passed and not isinstance(exc, _NOT_REPLACED):

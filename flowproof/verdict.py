@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from flowproof.advice import record_command as flow_record_command
 from flowproof.assertions import AssertionResult, Mismatch, describe_assertion, evaluate
@@ -47,8 +47,8 @@ from flowproof.errors import (
     EXIT_OK,
     EXIT_USAGE,
     FlowproofError,
+    WireError,
 )
-from flowproof.genai_spans import SpanRecord
 from flowproof.guard import guard_evidence
 from flowproof.log_events import ErrorKind
 from flowproof.options import Mode
@@ -57,6 +57,9 @@ from flowproof.spec.types import FlowSpec, ParallelCallsAssertion, SubagentAsser
 from flowproof.trajectory import MCP, Trajectory, boundary_of
 from flowproof.turns import ToolCall, Turn
 from flowproof.wire import codec_by_name
+
+if TYPE_CHECKING:  # the spans (and their module) are built only with --otel
+    from flowproof.genai_spans import SpanRecord
 
 __all__ = [
     "Advice",
@@ -71,6 +74,7 @@ __all__ = [
     "judge",
     "result_line",
     "step_line",
+    "unreadable_turn",
     "upstream_cause",
     "usage_summary",
 ]
@@ -136,7 +140,7 @@ class Verdict:
     #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
     compare: tuple[CompareResult, ...] = ()
     #: Why an exit-5 run failed, so the advice fits: "timeout", "upstream", "unreachable" (a model
-    #: host the proxy could not reach), "crash" or None.
+    #: host the proxy could not reach), "crash", "request" (a model call no codec reads) or None.
     failure: str | None = None
     #: What the agent did, built once from the record (None when a turn cannot be read).
     trajectory: Trajectory | None = field(default=None, compare=False)
@@ -168,6 +172,27 @@ def upstream_cause(record: RunRecord) -> str | None:
         message = _api_error_text(turn.recorded.provider, response.body)
         return f"{cause}: {message[:300]}" if message else cause
     return None
+
+
+def unreadable_turn(record: RunRecord) -> str | None:
+    """What the first model call no codec reads was (which call, which body and field, what
+    the codec said), or None when every call reads. Such a call is the agent's (or a shape
+    this flowproof does not know), never the spec's: the run fails as the agent's, and the
+    steps, which need every call read, are not checked."""
+    turn = next((t for t in record.turns if t.problem is not None), None)
+    if turn is None or turn.problem is None:
+        return None
+    request = turn.recorded.request
+    call = f"model call {turn.recorded.index} ({request.method} {request.url})"
+    problem = turn.problem
+    if not isinstance(problem, WireError):
+        return f"flowproof cannot read {call}: {problem}; the steps were not checked"
+    what = f"the answer to {call}" if problem.part == "response" else call
+    return (
+        f"flowproof cannot read {what}: its {problem.part or 'body'} field `{problem.field}` {problem.reason} "
+        f"(the {problem.provider} codec); the steps were not checked — if the API accepts this "
+        "shape, flowproof does not know it yet; otherwise fix how the agent builds the request"
+    )
 
 
 def _api_error_text(provider: str, body: Any) -> str | None:
@@ -264,11 +289,16 @@ def decide_exit(
     kinds = {e.kind for e in record.errors}
     upstream = "unreachable" if ErrorKind.UPSTREAM_UNREACHABLE in kinds else (
         "upstream" if ErrorKind.UPSTREAM in kinds else None)
+    unreadable = unreadable_turn(record)
     if why is not None:
         failure = upstream or ("upstream" if cause is not None else ("timeout" if run.timed_out else "crash"))
-        return failed(EXIT_AGENT, why, notes=other_tls, failure=failure)
+        return failed(EXIT_AGENT, why, notes=(*other_tls, *([unreadable] if unreadable else [])), failure=failure)
     if errors:
         return failed(EXIT_AGENT, cause or errors[0], notes=(), failure=upstream)
+    if unreadable is not None:
+        # Not a spec error (exit 2 would lose the flow and delete the recording): the
+        # agent's request, kept aside as rejected with the agent's output shown.
+        return failed(EXIT_AGENT, unreadable, notes=tuple(notes), failure="request")
     if not record.done:
         notes.append("the proxy did not report a clean shutdown (no `done` event)")
         if mode == Mode.RECORD:
@@ -319,7 +349,7 @@ def judge(
     ``strict_mocks``: a mock that never fired fails the run (``--strict-mocks``).
     ``recording``: the staged recording as the proxy wrote it, MCP exchanges included (an
     MCP server that refused every request is an error turn too); without it, the record's
-    turns. Raises the `FlowproofError` of a turn no codec reads when the ladder reaches the steps.
+    turns. A turn no codec reads fails the run as the agent's (exit 5, `unreadable_turn`).
     """
     mcp_tools = frozenset(t.name for server in spec.mcp for t in server.tools) if spec is not None else frozenset()
     mcp_servers = frozenset(s.name for s in spec.mcp) if spec is not None else frozenset()
@@ -464,7 +494,7 @@ class FlowResult:
     #: Compare: every result (paired, extra, missing) in the order the proxy delivered them.
     compare: tuple[CompareResult, ...] = ()
     #: Why an exit-5 flow failed, for advice that fits: "timeout", "upstream", "unreachable",
-    #: "crash" or None.
+    #: "crash", "request" or None.
     failure: str | None = None
     #: Every host the agent tried to reach (`flowproof.witness.EgressHost.to_json`), any mode.
     egress: tuple[dict[str, Any], ...] = ()
@@ -496,10 +526,13 @@ class FlowResult:
     def passed(self) -> bool:
         return self.exit_code == EXIT_OK
 
-    def divergence_texts(self) -> tuple[str, ...]:
-        """Each divergence as the report shows it (ending with `record_command`)."""
-        return tuple(m.render(self.record_command) for m in self.divergences)
+    def divergence_texts(self, *, command: bool = True) -> tuple[str, ...]:
+        """Each divergence as the report shows it (ending with `record_command`; without it when
+        ``command`` is false: the text report names it once, on its last line)."""
+        shown = self.record_command if command else ""
+        return tuple(m.render(shown) for m in self.divergences)
 
-    def missing_text(self) -> str | None:
-        """The missing-calls report (ending with `record_command`), or None."""
-        return self.missing.render(self.record_command) if self.missing is not None else None
+    def missing_text(self, *, command: bool = True) -> str | None:
+        """The missing-calls report (ending with `record_command` unless ``command`` is false), or None."""
+        shown = self.record_command if command else ""
+        return self.missing.render(shown) if self.missing is not None else None

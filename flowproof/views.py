@@ -28,20 +28,33 @@ def turn_views(turn: RecordedTurn) -> Turn:
     The request view is read from the stored body, which is the *normalized*
     body (volatile spans appear as ``«volatile:…»`` placeholders). A response
     with status >= 400 becomes a view with `FinishReason.ERROR` and the error text.
-    Raises `WireError` (a `FlowproofError`) when the codec cannot read the turn.
+    Raises `WireError` (a `FlowproofError`) when the codec cannot read the turn, its
+    ``part`` naming the body (``request`` or ``response``).
     """
     codec = codec_by_name(turn.provider)
-    request = codec.view_request(turn.request.body)
+    try:
+        request = codec.view_request(turn.request.body)
+    except WireError as e:
+        raise _in_part(e, "request") from None
     request = with_path_fields(request, codec.path_fields(url_path(turn.request.url)))
     body = turn.request.body
     if not turn.abandoned:
-        return Turn(index=turn.index, request=request, response=_response_view(codec, turn.response), body=body)
+        try:
+            response = _response_view(codec, turn.response)
+        except WireError as e:
+            raise _in_part(e, "response") from None
+        return Turn(index=turn.index, request=request, response=response, body=body)
     try:
         # What arrived of an abandoned call is shown when it reads; it is never judged.
         response = _response_view(codec, turn.response)
     except WireError:
         response = None
     return Turn(index=turn.index, request=request, response=response, abandoned=True, body=body)
+
+
+def _in_part(error: WireError, part: str) -> WireError:
+    """``error`` saying which body of the turn it was found in (the message is unchanged)."""
+    return WireError(error.provider, error.field, error.reason, part=part)
 
 
 def request_view(provider: str, body: Any) -> RequestView | None:

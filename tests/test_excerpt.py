@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from flowproof.excerpt import cut_pair, first_difference, window
+
+
+def _naive_first_difference(a: str, b: str) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 class TestFirstDifference:
@@ -12,6 +19,13 @@ class TestFirstDifference:
         assert first_difference("ab", "abc") == 2
         assert first_difference("same", "same") == 4
         assert first_difference("", "x") == 0
+
+    @given(st.text(alphabet="ab", max_size=1500), st.text(alphabet="ab", max_size=1500), st.text(max_size=1200))
+    def test_agrees_with_a_character_by_character_scan(self, a, b, prefix):
+        """Block by block (long values compare fast) yet the same index as a scan, for a shared
+        prefix of any length, either side shorter, and a difference on either side of a block edge."""
+        for x, y in ((a, b), (prefix + a, prefix + b), (prefix + a, prefix), (prefix, prefix)):
+            assert first_difference(x, y) == _naive_first_difference(x, y)
 
 
 class TestWindow:

@@ -97,8 +97,8 @@ class TestInstallFromGit:
         assert "pytest" in meta.get_all("Provides-Extra")
         assert any(r.startswith("pytest-xdist") and 'extra == "pytest"' in r for r in meta.get_all("Requires-Dist"))
         entry_points = (dist_info / "entry_points.txt").read_text(encoding="utf-8")
-        assert "flowproof = flowproof.runner.cli:main" in entry_points
-        assert "flowproof-run = flowproof.runner.cli:run_main" in entry_points
+        assert "flowproof = flowproof.runner.launch:main" in entry_points
+        assert "flowproof-run = flowproof.runner.launch:run_main" in entry_points
         assert "[pytest11]\nflowproof = flowproof.pytest_plugin" in entry_points
         package = target / "flowproof"
         assert (package / "py.typed").exists()

@@ -172,6 +172,51 @@ class TestPublicSurface:
         assert out.stdout.strip() == "[]"
 
 
+def loaded_after(statement: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter holds after running ``statement``."""
+    code = f"import sys\n{statement}\nprint(sorted(m for m in {modules!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    return ast.literal_eval(out.stdout.strip().splitlines()[-1])
+
+
+#: What the proxy never needs to replay: the spec loader and PyYAML (a session request carries
+#: its options resolved), the clause parser and the variables, the compare engine and pairing,
+#: deepdiff (a miss's field diff), the bounded-regex engine, OpenTelemetry.
+NOT_IN_THE_PROXY = (
+    "yaml", "flowproof.spec.loader", "flowproof.spec.clauses", "flowproof.spec.variables",
+    "flowproof.compare", "flowproof.pairing", "deepdiff", "regex", "opentelemetry",
+)
+
+
+#: What flowproof-run never needs for a replay (it does need the spec loader and PyYAML).
+NOT_IN_THE_RUNNER = (
+    "deepdiff", "pydantic", "opentelemetry", "mitmproxy", "cryptography", "mcp", "regex", "openai", "httpx",
+    "xml.etree", "html", "flowproof.report.junit", "flowproof.report.html", "flowproof.scaffold",
+    "flowproof.testing", "urllib.request", "flowproof.genai_spans", "flowproof.runner.otel", "flowproof.mcp.decisions",
+    "flowproof.report.markdown",
+)
+
+
+class TestStartupImports:
+    """Each process of a replayed flow imports only what replay needs (docs/performance.md)."""
+
+    def test_the_addon_does_not_load_what_replay_does_not_use(self) -> None:
+        """mitmdump imports the addon at every start; these modules were 0.3-0.4 s of it."""
+        assert loaded_after("import flowproof.addon", NOT_IN_THE_PROXY) == []
+
+    def test_the_runner_does_not_load_what_a_replay_does_not_use(self) -> None:
+        """flowproof-run's own imports: the JUnit and HTML writers load for --junit/--html, the
+        scaffold for `init`, the OpenTelemetry SDK for --otel, deepdiff on a divergence;
+        mitmproxy (cryptography) only in the proxy, the SDKs only in agents."""
+        assert loaded_after("import flowproof.runner.cli", NOT_IN_THE_RUNNER) == []
+
+    def test_the_check_sees_a_module_that_is_loaded(self) -> None:
+        """The same check after loading a spec names the loader and PyYAML: the empty
+        answer above means something."""
+        statement = "import flowproof.addon\nfrom flowproof.spec import load_spec"
+        assert {"flowproof.spec.loader", "yaml"} <= set(loaded_after(statement, NOT_IN_THE_PROXY))
+
+
 class TestImportGraph:
     def test_module_level_imports_have_no_cycle(self) -> None:
         """No flowproof module imports itself back through module-level imports, so every

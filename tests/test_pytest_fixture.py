@@ -52,7 +52,8 @@ def test_books(flowproof_proxy):
     flowproof_proxy.session("cassettes/booking.json")
     run_agent(os.environ.get("FP_PROMPT", "Book KQ311"))
     trajectory = flowproof_proxy.trajectory()
-    flowproof.assert_tool_call(trajectory, "create_booking where flight.id equals KQ311")
+    flight = os.environ.get("FP_EXPECT_FLIGHT", "KQ311")
+    flowproof.assert_tool_call(trajectory, f"create_booking where flight.id equals {flight}")
     flowproof.assert_reply(trajectory, "Booked")
     if os.environ.get("FP_FAIL_AFTER"):
         pytest.fail("the test failed after the agent ran")
@@ -79,7 +80,7 @@ SCRIPT = [
 SCRUBBED = (
     "OPENAI_API_KEY", "OPENAI_BASE_URL", "FLOWPROOF_UPSTREAM", "FLOWPROOF_ADDON_SCRIPT",
     "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy",
-    "SSL_CERT_FILE", "FP_PROMPT", "FP_FAIL_AFTER",
+    "SSL_CERT_FILE", "FP_PROMPT", "FP_FAIL_AFTER", "FP_EXPECT_FLIGHT",
 )
 
 
@@ -192,12 +193,32 @@ class TestRecordThenReplay:
         assert "replay divergence" in text
         assert 'recorded "Book KQ311", replayed "Book KQ999"' in text
         # The advice is the pytest command that records this test, not a bare mitmdump line.
-        assert "re-record the cassette: pytest test_agent.py::test_books --flowproof-mode record" in text
+        assert "re-record with: pytest test_agent.py::test_books --flowproof-mode record" in text
+        assert text.count("--flowproof-mode record") == 1  # given once, on the report's last line
         assert "mitmdump" not in text
         # The SDK error the divergence caused is named, but no traceback is shown.
         assert "the test then failed with: BadRequestError" in text
         assert "Traceback" not in text and "site-packages" not in text
         assert agent_tests.read_bytes() == kept
+
+    def test_a_failed_trajectory_assertion_is_not_reported_as_passed(
+        self, pytester: pytest.Pytester, agent_tests: Path, recorded: tuple[Path, int],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """The replay matched, then flowproof.assert_tool_call failed: the test's flowproof
+        section says the test failed and why, never "passed" or "Nothing to do"."""
+        copy_cassette(recorded, agent_tests)
+        monkeypatch.setenv("FP_EXPECT_FLIGHT", "KQ999")
+        res = pytester.runpytest()
+        res.assert_outcomes(failed=1)
+        text = res.stdout.str()
+        assert "expected create_booking where flight.id equals KQ999" in text
+        section = text[text.index("Captured flowproof call"):]
+        assert "— passed" not in section and "Nothing to do" not in section
+        assert "✗ test_agent.py::test_books [replay] — the test failed" in section
+        said = "the test failed with: TrajectoryAssertionError: expected create_booking where flight.id equals KQ999"
+        assert said in section
+        assert "tool calls: create_booking" in section  # what the agent did, to compare with the assertion
 
     def test_record_of_a_failing_test_leaves_the_old_cassette_byte_identical(
         self, pytester: pytest.Pytester, agent_tests: Path, recorded: tuple[Path, int],
@@ -212,6 +233,9 @@ class TestRecordThenReplay:
             assert len(server.requests) == 2  # the agent really ran against the model
         res.assert_outcomes(failed=1)
         assert "the test failed after the agent ran" in res.stdout.str()
+        section = res.stdout.str()[res.stdout.str().index("Captured flowproof call"):]
+        assert "— passed" not in section
+        assert "Nothing was recorded (the recording is in " in section and "the test failed; fix" in section
         assert agent_tests.read_bytes() == kept
         assert agent_tests.with_name("booking.rejected.json").is_file()
         assert not agent_tests.with_name("booking.recording.json").exists()
@@ -240,6 +264,53 @@ class TestRecordThenReplay:
         res = pytester.runpytest("-n", "2", "-v")
         res.assert_outcomes(passed=2)
         assert "[gw0]" in res.stdout.str() and "[gw1]" in res.stdout.str()
+
+
+#: Two more tests for one run: another test recording test_books's cassette, and a test
+#: recording one cassette in two sessions.
+SAME_CASSETTE_TESTS = '''
+
+def test_books_again(flowproof_proxy):
+    flowproof_proxy.session("cassettes/booking.json")
+    run_agent("Book KQ311")
+
+
+def test_twice(flowproof_proxy):
+    flowproof_proxy.session("cassettes/twice.json")
+    run_agent("Book KQ311")
+    flowproof_proxy.session("cassettes/twice.json")
+    run_agent("Book KQ311")
+'''
+
+
+class TestOneWriterPerCassette:
+    def test_a_second_test_recording_a_cassette_fails_naming_the_first_before_it_starts(
+        self, pytester: pytest.Pytester, agent_tests: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """In one pytest run, the first test to record a cassette claims it: a later test
+        recording it fails before its session starts, naming the first test, and the first
+        test's recording stays the cassette; a test that opens a second session on its
+        cassette fails the same way and keeps neither recording (the test failed)."""
+        (pytester.path / "test_agent.py").write_text(AGENT_TEST + SAME_CASSETTE_TESTS)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-fake-model")
+        # Enough answers for every agent run, so only the refusal can fail a test.
+        with FakeModelServer(SCRIPT * 4) as server:
+            monkeypatch.setenv("FLOWPROOF_UPSTREAM", f"api.openai.com={server.url}")
+            res = pytester.runpytest("--flowproof-mode", "record")
+            requests = len(server.requests)
+        res.assert_outcomes(passed=1, failed=2)
+        text = res.stdout.str()
+        assert ("test_agent.py::test_books and test_agent.py::test_books_again both record cassettes/booking.json, "
+                "so one recording would be lost — give each test its own cassette, or record them in separate "
+                "runs") in text
+        assert ("test_agent.py::test_twice records cassettes/twice.json in two sessions, so one recording would "
+                "be lost — give each session its own cassette") in text
+        assert "Traceback" not in text
+        # test_books and the first session of test_twice reached the model; nothing else did.
+        assert requests == 4
+        assert len(json.loads(agent_tests.read_text())["turns"]) == 2
+        assert not agent_tests.with_name("twice.json").exists()
+        assert agent_tests.with_name("twice.rejected.json").is_file()
 
 
 class TestOtel:

@@ -94,7 +94,7 @@ class TestRun:
         assert "✗ Refund guard [replay] — assertion failed" in failure
         assert "✗ create_booking where flight.id equals KQ999" in failure
         assert 'flight.id is "KQ311"' in failure
-        assert "Fix the agent" in failure
+        assert "then run: pytest 'specs/bad.flow.yaml::Refund guard'" in failure
         assert failure.count("✗ Refund guard [replay]") == 1
         for noise in ("Traceback", "def runtest", "FlowFailure", "pytest_plugin.py"):
             assert noise not in failure
@@ -110,7 +110,20 @@ class TestRun:
         res.assert_outcomes(failed=1)
         command = "pytest 'specs/nested/good.flow.yaml::Booking assistant books a flight' --flowproof-mode record"
         text = res.stdout.str()
-        assert f"re-record the cassette: {command}" in text and f"re-record with: {command}" in text
+        assert f"re-record with: {command}" in text and text.count(command) == 1
+        assert "flowproof-run" not in text
+
+    def test_a_missing_cassette_says_to_record_it_through_pytest(
+        self, pytester: pytest.Pytester, flows: Path
+    ) -> None:
+        """The error that stops the flow before it runs names pytest's command too, relative."""
+        make_good_only(flows)
+        (flows / "nested" / "good.cassette.json").unlink()
+        res = pytester.runpytest("specs")
+        res.assert_outcomes(failed=1)
+        text = res.stdout.str()
+        command = "pytest 'specs/nested/good.flow.yaml::Booking assistant books a flight' --flowproof-mode record"
+        assert f"no cassette to replay — record one first with: {command}" in text
         assert "flowproof-run" not in text
 
     def test_mode_option_reaches_the_flow(self, pytester: pytest.Pytester, flows: Path) -> None:
@@ -164,6 +177,65 @@ class TestRun:
         res.assert_outcomes(passed=5)
         assert sorted(log.read_text().split()) == ["p0", "p1", "p2", "p3"]
         assert "2 workers" in res.stdout.str()
+
+
+class TestOneWriterPerCassette:
+    def shared_pair(self, flows: Path, log: Path) -> tuple[Path, Path]:
+        """Two more specs whose `cassette:` is one file (their agents log that they ran)."""
+        make_good_only(flows)
+        pair = []
+        for name in ("first", "second"):
+            spec = write_spec(flows, name=name, command=f"echo {name} >> {log}")
+            spec.write_text(spec.read_text().replace("name: Booking assistant books a flight", f"name: {name}")
+                            + "cassette: shared.cassette.json\n")
+            pair.append(spec)
+        (flows / "shared.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        return pair[0], pair[1]
+
+    def test_two_flows_recording_one_cassette_both_fail_naming_each_other_before_either_runs(
+        self, pytester: pytest.Pytester, flows: Path, tmp_path: Path
+    ) -> None:
+        """flowproof-run refuses two specs of one --record run sharing a cassette; so does
+        pytest in record mode, in the same words, with no agent started and the cassette as it was."""
+        log = tmp_path / "runs.log"
+        self.shared_pair(flows, log)
+        before = (flows / "shared.cassette.json").read_bytes()
+        res = pytester.runpytest("specs/first.flow.yaml", "specs/second.flow.yaml", "--flowproof-mode", "record")
+        res.assert_outcomes(failed=2)
+        text = res.stdout.str()
+        refusal = ("specs/first.flow.yaml and specs/second.flow.yaml both record specs/shared.cassette.json, "
+                   "so one recording would be lost — give each spec its own `cassette:`, or record them "
+                   "in separate runs")
+        assert text.count(refusal) >= 2, text
+        assert "Traceback" not in text and "pytest_plugin.py" not in text
+        assert not log.exists()
+        assert (flows / "shared.cassette.json").read_bytes() == before
+
+    def test_under_xdist_the_pair_fails_whichever_workers_run_it(
+        self, pytester: pytest.Pytester, flows: Path, tmp_path: Path
+    ) -> None:
+        """Every xdist worker collects every item, so each finds the pair: on two workers too,
+        both fail and neither agent runs."""
+        log = tmp_path / "runs.log"
+        first, second = self.shared_pair(flows, log)
+        res = pytester.runpytest_subprocess(str(first), str(second), "--flowproof-mode", "record",
+                                            "-n", "2", "-p", "xdist", "--dist", "load")
+        res.assert_outcomes(failed=2)
+        assert res.stdout.str().count("both record specs/shared.cassette.json") >= 2
+        assert not log.exists()
+
+    def test_a_flow_left_out_of_the_selection_claims_nothing(
+        self, pytester: pytest.Pytester, flows: Path, tmp_path: Path
+    ) -> None:
+        """Claimed after deselection: `-k first` records the first spec alone; replay never claims."""
+        log = tmp_path / "runs.log"
+        self.shared_pair(flows, log)
+        res = pytester.runpytest("specs", "--flowproof-mode", "record", "-k", "first")
+        assert "both record" not in res.stdout.str()
+        assert log.read_text().split() == ["first"]
+        replayed = pytester.runpytest("specs")
+        assert "both record" not in replayed.stdout.str()
+        assert sorted(log.read_text().split()) == ["first", "first", "second"]
 
 
 class TestWarmProxyPerWorker:

@@ -12,7 +12,7 @@ import pytest
 from flowproof.cassette import loads_cassette
 from flowproof.compare import compare_responses, missing_result
 from flowproof.divergence import Divergence
-from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK, WireError
+from flowproof.errors import EXIT_AGENT, EXIT_ASSERTION, EXIT_DIVERGENCE, EXIT_DRIFT, EXIT_OK
 from flowproof.log_events import (
     ComparedEvent,
     DivergenceEvent,
@@ -254,15 +254,46 @@ class TestJudge:
         assert verdict.error == ("no model call went through the proxy, so there is nothing to record — "
                                  "check the proxy variables")
 
-    def test_an_unreadable_turn_fails_when_the_steps_need_it(self):
-        """A live turn no codec reads has no trajectory; the judge raises its error at the steps."""
+    def test_an_agent_request_no_codec_reads_is_the_flow_s_failure_naming_call_field_and_codec(
+        self, tmp_path: Path
+    ):
+        """An OpenAI chat request whose `messages` is a string: not a spec error (exit 2, the
+        flow lost), but the agent's (exit 5) — the recording set aside, the steps not checked."""
+        sent = chat_turn(0, text="Booked.")
+        sent["request"]["body"]["messages"] = "Book me a flight"
+        record = read_run([*parse_events(turn_events([sent], "record")), DONE], None)
+        verdict = judge(record, OK_RUN, "record", advice=ADVICE, spec=booking_spec(tmp_path))
+        assert (verdict.exit_code, verdict.recording, verdict.failure) == (EXIT_AGENT, "reject", "request")
+        assert verdict.steps is None and verdict.trajectory is None
+        assert verdict.error is not None and verdict.error.startswith(
+            "flowproof cannot read model call 0 (POST https://api.openai.com/v1/chat/completions): its request "
+            "field `messages` is a JSON string, expected an array (the openai-chat codec); the steps were not checked"
+        )
+        # Compare reads live turns the same way.
+        compared = judge(read_run([*parse_events(turn_events([sent], "compare")), DONE], None), OK_RUN, "compare",
+                         advice=ADVICE)
+        assert (compared.exit_code, compared.recording, compared.failure) == (EXIT_AGENT, "none", "request")
+
+    def test_an_answer_no_codec_reads_is_named_as_the_answer(self):
         broken = {**chat_turn(0, text="x"), "response": {"status": 200, "headers": {}, "body": {"no": "choices"}}}
-        record = read_run([*parse_events(turn_events([broken], "record")), DONE], None)
-        with pytest.raises(WireError, match="choices"):
-            judge(record, OK_RUN, "record", advice=ADVICE)
-        diverged = read_run([*parse_events(turn_events([broken], "record")), ErrorEvent("x", ErrorKind.HOOK), DONE],
-                            None)
-        assert judge(diverged, OK_RUN, "record", advice=ADVICE).trajectory is None
+        verdict = judge(read_run([*parse_events(turn_events([broken], "record")), DONE], None), OK_RUN, "record",
+                        advice=ADVICE)
+        assert (verdict.exit_code, verdict.recording) == (EXIT_AGENT, "reject")
+        assert verdict.error is not None and verdict.error.startswith(
+            "flowproof cannot read the answer to model call 0 (POST https://api.openai.com/v1/chat/completions): "
+            "its response field `choices`"
+        )
+
+    def test_an_agent_that_crashed_leads_and_the_unreadable_request_is_a_note(self):
+        sent = chat_turn(0, text="x")
+        sent["request"]["body"]["messages"] = "hi"
+        record = read_run([*parse_events(turn_events([sent], "record")), DONE], None)
+        verdict = judge(record, Outcome(returncode=1, stderr="boom"), "record", advice=ADVICE)
+        assert (verdict.exit_code, verdict.failure) == (EXIT_AGENT, "crash")
+        assert verdict.error is not None and verdict.error.startswith("the agent exited with code 1: boom")
+        assert any(n.startswith("flowproof cannot read model call 0") for n in verdict.notes)
+        hook = read_run([*parse_events(turn_events([sent], "record")), ErrorEvent("x", ErrorKind.HOOK), DONE], None)
+        assert judge(hook, OK_RUN, "record", advice=ADVICE).trajectory is None
 
 
 class TestAgentError:

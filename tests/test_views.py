@@ -24,6 +24,18 @@ class TestTurnViews:
         turn = make_turn(0, body=chat_body("cut \ud83d"))
         assert turn_views(turn).request.model == "gpt-4o"
 
+    def test_a_turn_no_codec_reads_says_which_body_the_message_unchanged(self):
+        """The judge names the request or the answer (`verdict.unreadable_turn`); cassette
+        checks keep the codec's own words."""
+        with pytest.raises(WireError) as request:
+            turn_views(make_turn(0, body={"model": "gpt-4o", "messages": "hi"}))
+        assert (request.value.part, request.value.field) == ("request", "messages")
+        assert str(request.value) == "openai-chat: messages: is a JSON string, expected an array"
+        answer = make_turn(0, response=RecordedResponse(200, {}, body={"no": "choices"}))
+        with pytest.raises(WireError) as response:
+            turn_views(answer)
+        assert response.value.part == "response" and str(response.value).startswith("openai-chat: choices")
+
     def test_json_response_view(self):
         """turn_views parses the stored request body and a JSON response through the codec."""
         body = {

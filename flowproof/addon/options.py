@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from flowproof.normalize import Normalizer
 from flowproof.options import Mode, ProxyOptions, Route, Upstream, from_values, with_spec
-from flowproof.spec import FlowSpec, load_spec, resolve_variables
 from flowproof.witness import Secret
 
 if TYPE_CHECKING:  # the compare engine loads only in compare mode (docs/hotpath.md)
     from flowproof.compare import CompareResult
+    from flowproof.spec import FlowSpec
 
 __all__ = ["AddonConfig", "CompareHandler", "load_handler", "options_by_hand"]
 
@@ -119,6 +119,12 @@ class AddonConfig:
 
 
 def _load_spec(path: Path, environ: Mapping[str, str]) -> FlowSpec:
+    # Imported here: the spec loader and PyYAML are 0.05-0.1 s of the proxy's start (python
+    # -X importtime), and only a spec named by hand is read here; a session request from the
+    # runner carries its options resolved.
+    from flowproof.spec.loader import load_spec
+    from flowproof.spec.variables import resolve_variables
+
     spec: FlowSpec = load_spec(path)
     # Tool results may hold ${VAR} (mitmdump inherits the runner's environment), and
     # even a spec without variables needs its $${ escapes turned into a literal ${.

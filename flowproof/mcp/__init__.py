@@ -36,6 +36,7 @@ arguments, protocol version, client info, must be equal, and each recorded
 exchange answers one request only (consume once), like a model turn.
 
 >>> import json
+>>> from flowproof.mcp import decide
 >>> decision = decide("POST", {"accept": "application/json"},
 ...     b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{}}}',
 ...     {"x": {"ok": False}})
@@ -45,40 +46,8 @@ exchange answers one request only (consume once), like a model turn.
 
 from __future__ import annotations
 
-from flowproof.mcp.calls import McpCall, mcp_tool_of
-from flowproof.mcp.decisions import (
-    Answer,
-    Decision,
-    Forward,
-    Reject,
-    call_tool_result,
-    decide,
-    render_messages,
-    wants_sse,
-)
-from flowproof.mcp.exchanges import (
-    SESSION_PLACEHOLDER,
-    McpExchange,
-    McpReplayer,
-    exchange_from_json,
-    exchange_key,
-    exchange_to_json,
-    miss_response,
-    request_ids,
-    restore_ids,
-)
-from flowproof.mcp.jsonrpc import (
-    INVALID_REQUEST,
-    MODERN_PROTOCOL,
-    PARSE_ERROR,
-    REPLAY_MISS,
-    Body,
-    Message,
-    Problem,
-    error_response,
-    parse_body,
-)
-from flowproof.mcp.routes import McpRoute, parse_route
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "INVALID_REQUEST",
@@ -112,3 +81,65 @@ __all__ = [
     "restore_ids",
     "wants_sse",
 ]
+
+
+#: Every name loads its module on first use (PEP 562), as `flowproof.spec`'s do: the
+#: cassette and the options need the recorded exchanges and the routes, the runner of a
+#: replay never needs the decisions of the MCP boundary.
+_LAZY = {
+    **dict.fromkeys(("McpCall", "mcp_tool_of"), "flowproof.mcp.calls"),
+    **dict.fromkeys(("Answer", "Decision", "Forward", "Reject", "call_tool_result", "decide", "render_messages",
+                     "wants_sse"), "flowproof.mcp.decisions"),
+    **dict.fromkeys(("SESSION_PLACEHOLDER", "McpExchange", "McpReplayer", "exchange_from_json", "exchange_key",
+                     "exchange_to_json", "miss_response", "request_ids", "restore_ids"), "flowproof.mcp.exchanges"),
+    **dict.fromkeys(("INVALID_REQUEST", "MODERN_PROTOCOL", "PARSE_ERROR", "REPLAY_MISS", "Body", "Message",
+                     "Problem", "error_response", "parse_body"), "flowproof.mcp.jsonrpc"),
+    **dict.fromkeys(("McpRoute", "parse_route"), "flowproof.mcp.routes"),
+}
+
+if TYPE_CHECKING:
+    from flowproof.mcp.calls import McpCall, mcp_tool_of
+    from flowproof.mcp.decisions import (
+        Answer,
+        Decision,
+        Forward,
+        Reject,
+        call_tool_result,
+        decide,
+        render_messages,
+        wants_sse,
+    )
+    from flowproof.mcp.exchanges import (
+        SESSION_PLACEHOLDER,
+        McpExchange,
+        McpReplayer,
+        exchange_from_json,
+        exchange_key,
+        exchange_to_json,
+        miss_response,
+        request_ids,
+        restore_ids,
+    )
+    from flowproof.mcp.jsonrpc import (
+        INVALID_REQUEST,
+        MODERN_PROTOCOL,
+        PARSE_ERROR,
+        REPLAY_MISS,
+        Body,
+        Message,
+        Problem,
+        error_response,
+        parse_body,
+    )
+    from flowproof.mcp.routes import McpRoute, parse_route
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,9 +1,11 @@
-"""Where reports meet the file system: ``--junit PATH`` and ``--html PATH``.
+"""Where reports meet the file system: ``--junit PATH``, ``--html PATH`` and ``--markdown PATH``.
 
 The renderers beside this module are pure; these functions only write what they
-render. The HTML page is written atomically: the text goes to a temporary file
-beside ``path``, then one rename, so a reader never sees half a page and a failed
-write leaves the old file as it was.
+render. The HTML page and the Markdown report are written atomically: the text goes to a
+temporary file beside ``path``, then one rename, so a reader never sees half a page and a
+failed write leaves the old file as it was. The one exception is GitHub's step summary
+(the file ``$GITHUB_STEP_SUMMARY`` names): the job's other steps write there too, so the
+Markdown report is appended to it, as GitHub asks.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from pathlib import Path
 
 from flowproof.report.html import html_report
 from flowproof.report.junit import junit_xml
+from flowproof.report.markdown import markdown_report
 from flowproof.verdict import FlowResult
 
-__all__ = ["shown_path", "write_html", "write_junit"]
+__all__ = ["shown_path", "write_html", "write_junit", "write_markdown"]
 
 
 def write_junit(results: Sequence[FlowResult], path: Path, *, secrets: Iterable[str] = ()) -> None:
@@ -44,7 +47,36 @@ def _umask() -> int:
 def write_html(results: Sequence[FlowResult], path: Path, *, secrets: Iterable[str] = ()) -> None:
     """Write `html_report` to ``path`` (parent directories are created) by a rename,
     ``secrets`` masked."""
-    text = html_report(results, shown_path=shown_path, secrets=secrets)
+    _write_atomically(html_report(results, shown_path=shown_path, secrets=secrets), path)
+
+
+def write_markdown(
+    results: Sequence[FlowResult], path: Path, *, secrets: Iterable[str] = (), step_summary: str | None = None
+) -> None:
+    """Write `markdown_report` to ``path``, ``secrets`` masked: appended when ``path`` is the
+    file ``step_summary`` names (``$GITHUB_STEP_SUMMARY``: other steps write there too), else
+    by a rename (parent directories are created)."""
+    text = markdown_report(results, secrets=secrets)
+    if step_summary and _same_file(path, Path(step_summary)):
+        with path.open("a+b") as out:
+            size = out.seek(0, os.SEEK_END)
+            if size:
+                out.seek(size - 1)
+            # A blank line first: an earlier step's last paragraph does not swallow the heading.
+            separator = "" if not size else "\n" if out.read(1) == b"\n" else "\n\n"
+            out.write((separator + text).encode("utf-8", "replace"))
+        return
+    _write_atomically(text, path)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+    except OSError:
+        return False
+
+
+def _write_atomically(text: str, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -6,9 +6,12 @@ Pure: a `FlowResult` in, text out.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
+from flowproof.advice import one_command, run_again, shown_spec
 from flowproof.errors import (
     EXIT_AGENT,
     EXIT_ASSERTION,
@@ -28,10 +31,13 @@ from flowproof.witness import SecretLeak
 __all__ = [
     "FAIL",
     "PASS",
+    "TEST_FAILED",
     "flow_report",
     "guard_warnings",
     "indent",
+    "interrupted_step",
     "next_step",
+    "next_steps",
     "render_flow",
     "render_text",
     "summary_table",
@@ -76,32 +82,33 @@ def tail(text: str, lines: int = _OUTPUT_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def next_step(result: FlowResult) -> str:
-    """The one line that says what to do about ``result``."""
-    code, spec = result.exit_code, str(result.spec_path)
+def next_step(result: FlowResult, *, record_command: str | None = None) -> str:
+    """The one line that says what to do about ``result``; ``record_command`` (default: the
+    flow's own) is the command it names, which may name other flows too (`next_steps`)."""
+    code, command = result.exit_code, record_command or result.record_command
     if code == EXIT_OK:
         if result.mode == Mode.RECORD:
+            cassette = shlex.quote(shown_spec(result.cassette, Path.cwd())) if result.cassette else "the cassette"
             if result.heal_diff is None:
                 # A first-ever record: there was no cassette, so there is no heal diff to review.
-                return (f"A new cassette: read it (flowproof show {result.cassette}) and commit it "
-                        "with the spec.")
-            return f"Review the heal diff above and commit {result.cassette}."
+                return f"A new cassette: read it (flowproof show {cassette}) and commit it with the spec."
+            return f"Review the heal diff above and commit {cassette}."
         return "Nothing to do."
     if code == EXIT_DIVERGENCE:
         return (
             "If the change is intended, re-record with: "
-            f"{result.record_command} — then review the heal diff; otherwise fix the agent."
+            f"{command} — then review the heal diff; otherwise fix the agent."
         )
     if code == EXIT_DRIFT:
         return (
             "The live run differs from the recording: inspect the first drift, then re-record with "
-            f"{result.record_command} if the new behaviour is right (compare never writes)."
+            f"{command} if the new behaviour is right (compare never writes)."
         )
     if code == EXIT_ASSERTION:
         if result.mode == Mode.RECORD:
             kept = f" (the recording is in {result.rejected})" if result.rejected else ""
             return f"Nothing was recorded{kept}: fix the agent or the spec, then record again."
-        return f"Fix the agent (or the spec at the ✗ lines), then run: flowproof-run {spec}"
+        return f"Fix the agent (or the spec at the ✗ lines), then run: {run_again(command)}"
     if code == EXIT_AGENT:
         if result.failure == "timeout":
             return ("The agent ran out of time: if it is just slow, raise `agent.timeout` in the "
@@ -113,10 +120,46 @@ def next_step(result: FlowResult) -> str:
                     "provider's status, rate limits), then run again.")
         if result.failure == "crash":
             return "The agent crashed: fix it using its output above, then run again."
+        if result.failure == "request":
+            kept = f" (the recording is in {result.rejected})" if result.rejected else ""
+            return (f"The agent sent a model request flowproof cannot read{kept}: fix how it builds the "
+                    "request named above, then run again.")
         return "Fix the agent start-up (see the error and its output above), then run again."
     if code >= 128:
         return "flowproof-run was interrupted: nothing was recorded or checked; run it again."
     return "Fix the problem above, then run again."
+
+
+def next_steps(results: Sequence[FlowResult]) -> str:
+    """What to do about the failing flows of ``results``, worst first: one line per piece of
+    advice, its command naming every flow the advice is for (``flowproof-run a b --record``),
+    so no failing flow goes unnamed and no command is given twice."""
+    failed = sorted((r for r in results if not r.passed), key=lambda r: r.exit_code, reverse=True)
+    groups: dict[tuple[Any, ...], list[FlowResult]] = {}
+    for r in failed:
+        # A rejected recording is each flow's own file: those are never merged.
+        groups.setdefault((r.exit_code, r.mode == Mode.RECORD, r.failure, r.rejected), []).append(r)
+    lines = {next_step(group[0], record_command=one_command([r.record_command for r in group])): None
+             for group in groups.values()}
+    return "\n".join(lines)
+
+
+def interrupted_step(results: Sequence[FlowResult], unfinished: Sequence[Path] = ()) -> str | None:
+    """The last lines of a run a signal interrupted after some recordings were kept (a flow
+    that passed before the signal replaced its cassette): those cassettes, and the flows that
+    recorded nothing; ``unfinished`` are the specs whose flows had no result when the runner
+    exited. None when nothing was kept (`next_step` then says so)."""
+    recorded = [r for r in results if r.mode == Mode.RECORD]
+    kept = [r for r in recorded if r.passed]
+    if not kept:
+        return None
+    lines = ["flowproof-run was interrupted; flows that finished before the signal kept their recordings:"]
+    lines += [f"  kept: {r.cassette} (cassette written, recorded by {r.spec_path})" for r in kept]
+    lines += [f"  not recorded: {r.spec_path} ({verdict_name(r.exit_code)}; its cassette is unchanged)"
+              for r in recorded if not r.passed]
+    lines += [f"  not recorded: {spec} (interrupted; its cassette is unchanged)" for spec in unfinished]
+    lines.append("Review the kept cassettes (flowproof show CASSETTE), then record the other flows again.")
+    return "\n".join(lines)
 
 
 def _unreachable_advice(result: FlowResult) -> str:
@@ -133,16 +176,24 @@ def _unreachable_advice(result: FlowResult) -> str:
             "or a local model, with the key it expects); then run again.")
 
 
-def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
-    """One flow as readable text."""
-    mark = PASS if result.passed else FAIL
-    lines = [f"{mark} {result.name} [{result.mode}] — {verdict_name(result.exit_code)}"]
+#: The verdict a passing session shows when the test around it failed (the fixture).
+TEST_FAILED = "the test failed; flowproof found nothing wrong with the model calls"
+
+
+def render_flow(result: FlowResult, *, verbose: bool = False, test_failed: bool = False) -> str:
+    """One flow as readable text; ``test_failed``: the test that drove it failed on its own
+    (the fixture), so a flow flowproof passed is not shown as a pass."""
+    failed = test_failed and result.passed
+    mark = PASS if result.passed and not failed else FAIL
+    verdict = TEST_FAILED if failed else verdict_name(result.exit_code)
+    lines = [f"{mark} {result.name} [{result.mode}] — {verdict}"]
     lines.append(f"  spec: {result.spec_path}")
     if result.cassette is not None:
         lines.append(f"  cassette: {result.cassette}")
     if result.error:
         lines.append(indent(result.error, "  "))
-    for text in result.divergence_texts():
+    # Without the command: the report's last line gives it, once (`next_step`, `next_steps`).
+    for text in result.divergence_texts(command=False):
         lines.append("  replay divergence:")
         lines.append(indent(text))
     if result.compare:
@@ -150,7 +201,7 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
     for text in result.drifts:
         lines.append("  compare drift:")
         lines.append(indent(text))
-    missing = result.missing_text()
+    missing = result.missing_text(command=False)
     if missing:
         lines.append(indent(missing, "  "))
     # An SDK that retries makes the same error several times: it is shown once.
@@ -162,7 +213,7 @@ def render_flow(result: FlowResult, *, verbose: bool = False) -> str:
         lines.append(f"  {PASS if step.passed else FAIL} {step.source}{where}")
         if not step.passed or verbose:
             lines.append(indent(step.message))
-    if verbose or not result.passed:
+    if verbose or failed or not result.passed:
         if result.steps or result.turns:
             calls = ", ".join(result.tool_calls) or "none"
             lines.append(f"  trajectory: {result.turns} model call(s); tool calls: {calls}")
@@ -252,10 +303,24 @@ def guard_warnings(result: FlowResult) -> list[str]:
     return [str(g["warning"]) for g in result.guards if g.get("warning")]
 
 
-def flow_report(result: FlowResult, *, secrets: Iterable[str] = (), after: str = "") -> str:
+def flow_report(
+    result: FlowResult, *, secrets: Iterable[str] = (), after: str = "", test_failed: bool = False
+) -> str:
     """One flow as a failing pytest item, the session fixture and a JUnit failure show it:
-    `render_flow`, ``after`` (what the caller adds), then `next_step`; ``secrets`` masked."""
-    return redact_text(f"{render_flow(result)}{after}\n{next_step(result)}", secrets)
+    `render_flow`, ``after`` (what the caller adds), then `next_step`; ``secrets`` masked.
+    ``test_failed``: the test around the session failed on its own, so a flow flowproof
+    passed reads as the test's failure, not as a pass with nothing to do."""
+    last = _test_failed_step(result) if test_failed and result.passed else next_step(result)
+    return redact_text(f"{render_flow(result, test_failed=test_failed)}{after}\n{last}", secrets)
+
+
+def _test_failed_step(result: FlowResult) -> str:
+    """What to do when the session passed and its test failed."""
+    if result.mode == Mode.RECORD:
+        kept = f" (the recording is in {result.rejected})" if result.rejected else ""
+        return f"Nothing was recorded{kept}: the test failed; fix the agent or the test, then record again."
+    return ("The model calls matched the cassette; the test's own check failed (above): fix the agent or "
+            "the test, then run the test again.")
 
 
 def render_text(
@@ -282,5 +347,6 @@ def render_text(
             last = "Review the heal diffs above and commit the cassettes."
     else:
         worst = max(failed, key=lambda r: r.exit_code)
-        last = next_step(worst)
+        # After a signal, flows that finished first may have kept their recordings: say which.
+        last = (interrupted_step(results) if worst.exit_code >= 128 else None) or next_steps(results)
     return redact_text(printable("\n\n".join(blocks) + f"\n\n{summary}.\n{last}"), secrets)

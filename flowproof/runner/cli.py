@@ -31,15 +31,12 @@ from flowproof.options import Mode, Route, base_url_ports, host_settings
 from flowproof.printable import printable
 from flowproof.redact import secret_values
 from flowproof.report.cassette import show_cassette
-from flowproof.report.files import write_html, write_junit
 from flowproof.report.json_report import render_json
-from flowproof.report.text import render_text, worst_exit
+from flowproof.report.text import interrupted_step, render_text, worst_exit
 from flowproof.runner.collect import collect_specs
 from flowproof.runner.env import agent_env, default_ca_dir, ensure_ca, export_lines
 from flowproof.runner.flags import check_cassette_flag, check_one_writer, check_proxy_port, one_mode
 from flowproof.runner.flow import STAGED, Cancel, RunOptions, run_flow
-from flowproof.runner.init import write_first_spec
-from flowproof.runner.otel import check_otel, export_runs
 from flowproof.runner.progress import Progress, status_line_enabled
 from flowproof.runner.proxy import ProxyPool, warm_enabled
 from flowproof.spec import load_spec, unresolved_problems
@@ -162,9 +159,9 @@ def _run_flows(selected: Sequence[Path], options: Any, jobs: int, cancel: Any,
 
     A flow can be busy where it cannot look at `cancel` (a regex search, a long
     assertion): once the grace has passed after a signal, the runner exits with
-    128 + the signal number without waiting for it. Nothing is recorded then: a
+    128 + the signal number without waiting for it. Nothing more is recorded then: a
     recording only becomes a cassette by an atomic rename, and the proxy dies with
-    the runner (see runner/proxy.py).
+    the runner (see runner/proxy.py); the cassettes flows kept before the signal are named.
     """
     pool = ThreadPoolExecutor(max_workers=jobs)
     futures = [pool.submit(run_flow, p, options) for p in selected]
@@ -180,7 +177,11 @@ def _run_flows(selected: Sequence[Path], options: Any, jobs: int, cancel: Any,
             if signalled_at is not None and time.monotonic() - signalled_at > CANCEL_GRACE:
                 for staged in list(STAGED):
                     staged.unlink(missing_ok=True)
-                click.echo(f"{_program()}: {Interrupted(cancel.signum)}", err=True)
+                # Flows that finished before the signal may have replaced their cassettes.
+                finished = [f.result() for f in futures if f.done() and f.exception() is None]
+                unfinished = [p for p, f in zip(selected, futures, strict=True) if not f.done()]
+                kept = interrupted_step(finished, unfinished)
+                click.echo(kept or f"{_program()}: {Interrupted(cancel.signum)}", err=True)
                 sys.stderr.flush()
                 sys.stdout.flush()
                 # Not sys.exit: it would wait for the busy worker threads.
@@ -239,6 +240,13 @@ _RUN_SPEC_ARG = click.argument("specs", nargs=-1, required=True, type=click.Path
     type=click.Path(path_type=Path, dir_okay=False),
     help="Also write a self-contained HTML report of the run here (docs/report.md).",
 )
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write a short GitHub-flavoured Markdown summary here; appended when PATH is "
+    "$GITHUB_STEP_SUMMARY (docs/report.md).",
+)
 @click.option("-j", "jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Flows to run in parallel.")
 @click.option("--shard", metavar="I/N", help="Run only shard I of N (1-based, by sorted spec path).")
 @click.option(
@@ -295,6 +303,7 @@ def run_command(
     as_json: bool,
     junit: Path | None,
     html_path: Path | None,
+    markdown_path: Path | None,
     jobs: int,
     shard: str | None,
     compare_handler: str | None,
@@ -330,6 +339,8 @@ def run_command(
     if otel_content and not otel:
         raise FlowproofError("--otel-content says what the --otel spans carry, so it needs --otel")
     if otel:
+        from flowproof.runner.otel import check_otel  # only --otel needs the spans (see runner/flow.py)
+
         check_otel(os.environ)
     modes = _modes_of(selected, mode, cassette)
     recorded = [p for p in selected if modes[p] == Mode.RECORD]
@@ -384,6 +395,10 @@ def run_command(
         click.echo(render_text(results, verbose=verbose > 0, secrets=secrets))
     else:
         click.echo(f"shard {shard} has no specs; nothing to run")
+    if junit is not None or html_path is not None or markdown_path is not None:
+        # Imported here: the JUnit, HTML and Markdown writers (xml.etree, html) are 10-25 ms of
+        # every run's start (python -X importtime), and only these flags use them.
+        from flowproof.report.files import write_html, write_junit, write_markdown
     if junit is not None:
         try:
             write_junit(results, junit, secrets=secrets)
@@ -404,7 +419,20 @@ def run_command(
                 err=True,
             )
             code = max(code, EXIT_USAGE)
+    if markdown_path is not None:
+        try:
+            write_markdown(results, markdown_path, secrets=secrets,
+                           step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+        except OSError as e:
+            click.echo(
+                f"{_program()}: cannot write the Markdown report to {markdown_path} ({e.strerror or e}) — "
+                "choose a writable --markdown path",
+                err=True,
+            )
+            code = max(code, EXIT_USAGE)
     if otel:
+        from flowproof.runner.otel import export_runs
+
         try:
             export_runs([r.spans for r in results])
         except OtelError as e:
@@ -464,6 +492,8 @@ def init_command(command: tuple[str, ...], output: Path | None, name: str | None
     It infers what it can: the command, the model SDKs the agent's file imports, a name; and
     never overwrites a file.
     """
+
+    from flowproof.runner.init import write_first_spec  # only `init` needs the scaffold (see run_command)
 
     written = write_first_spec(command, cwd=Path.cwd(), output=output, name=name, prompt=prompt)
     shown = os.path.relpath(written.path)

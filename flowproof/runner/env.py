@@ -20,14 +20,14 @@ import certifi
 
 from flowproof.errors import CAError
 from flowproof.options import Route
+from flowproof.runner.proxy import CA_BASENAME
+from flowproof.runner.proxy import default_ca_dir as default_ca_dir  # where it was, for its callers
 from flowproof.spec.variables import BASE_URL_HANDLE
 from flowproof.wire.providers import PROVIDERS, base_url_families, base_url_vars, model_host_suffixes
 from flowproof.wire.providers import (
     model_hosts as _wire_model_hosts,  # `model_hosts` is a parameter below
 )
 
-#: mitmproxy's file basename in its confdir (``mitmproxy-ca.pem`` …).
-CA_BASENAME = "mitmproxy"
 #: The combined bundle (system or certifi roots + the flowproof CA) inside the CA dir.
 BUNDLE_NAME = "flowproof-ca-bundle.pem"
 #: Where Debian/Ubuntu/Alpine keep the system roots; other systems fall back to certifi.
@@ -50,16 +50,6 @@ class CAFiles:
 
     cert: Path
     bundle: Path
-
-
-def default_ca_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``$FLOWPROOF_CA_DIR``, else ``$XDG_DATA_HOME/flowproof/ca``, else ``~/.local/share/flowproof/ca``."""
-    env = os.environ if environ is None else environ
-    if env.get("FLOWPROOF_CA_DIR"):
-        return Path(env["FLOWPROOF_CA_DIR"]).expanduser()
-    if env.get("XDG_DATA_HOME"):
-        return Path(env["XDG_DATA_HOME"]).expanduser() / "flowproof" / "ca"
-    return Path.home() / ".local" / "share" / "flowproof" / "ca"
 
 
 def system_bundle() -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from flowproof.errors import FlowproofError
 
-__all__ = ["check_cassette_flag", "check_one_writer", "check_proxy_port", "one_mode"]
+__all__ = ["SPEC_ADVICE", "WriterClaims", "check_cassette_flag", "check_one_writer", "check_proxy_port", "one_mode"]
 
 
 def check_proxy_port(port: int) -> None:
@@ -49,18 +49,42 @@ def check_cassette_flag(path: str) -> None:
             )
 
 
+#: What to do about two specs recording one cassette (flowproof-run, pytest flow items).
+SPEC_ADVICE = "give each spec its own `cassette:`, or record them in separate runs"
+
+
+class WriterClaims:
+    """Who records each cassette in one run: the first writer of a cassette claims it, and a
+    second one is refused, or one recording would silently replace the other.
+
+    A writer is named as the run names it (a spec path, a pytest node id); the same writer
+    claiming again is no second writer (a test that opens a second session on its cassette,
+    a rerun of a failed test). Paths are compared absolute, as the cassette lock takes them.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[Path, str] = {}
+
+    def claim(self, writer: str, cassette: Path, *, advice: str = SPEC_ADVICE, shown: Path | None = None) -> None:
+        """Claim ``cassette`` for ``writer``; raises `FlowproofError` (exit 2) naming both
+        writers when another one claimed it first (the cassette as ``shown``, else as given)."""
+        first = self._first.setdefault(Path(os.path.abspath(cassette)), writer)
+        if first != writer:
+            raise FlowproofError(
+                f"{first} and {writer} both record {shown or cassette}, so one recording would be lost — {advice}"
+            )
+
+    def first(self, cassette: Path) -> str | None:
+        """The writer that claimed ``cassette``, or None."""
+        return self._first.get(Path(os.path.abspath(cassette)))
+
+
 def check_one_writer(cassettes: Sequence[tuple[Path, Path]]) -> None:
     """(spec, cassette) pairs of one ``--record`` run: no two specs may record one cassette,
     or one recording would silently replace the other."""
-    seen: dict[Path, Path] = {}
+    claims = WriterClaims()
     for spec, cassette in cassettes:
-        key = Path(os.path.abspath(cassette))
-        if key in seen:
-            raise FlowproofError(
-                f"{seen[key]} and {spec} both record {cassette}, so one recording would be "
-                "lost — give each spec its own `cassette:`, or record them in separate runs"
-            )
-        seen[key] = spec
+        claims.claim(str(spec), cassette)
 
 
 def one_mode(given: Sequence[str], default: str = "--replay") -> str:

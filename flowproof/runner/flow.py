@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from flowproof.advice import record_command
+from flowproof.advice import record_command, shown_spec
 from flowproof.cassette import Cassette, load_cassette
 from flowproof.cassette_check import check_cassette
 from flowproof.errors import (
@@ -53,7 +53,6 @@ from flowproof.runner.mcp import (
     reverse_listeners,
 )
 from flowproof.runner.mcp_stdio import check_agent, write_standins
-from flowproof.runner.otel import flow_spans
 from flowproof.runner.progress import Progress
 from flowproof.runner.proxy import FlowProxy, ProxyPool, free_port, scratch_prefix, start_proxy
 from flowproof.runner.recording import Staging
@@ -124,16 +123,22 @@ class RunOptions:
     #: they carry the tool calls' arguments and results, the credentials of the environment masked.
     otel: bool = False
     otel_content: bool = False
+    #: The command that records the flow again, as the place it runs from words it (the pytest
+    #: plugin: pytest's); None: ``flowproof-run SPEC --record``, SPEC as `advice.shown_spec` shows it.
+    rerecord: str | None = None
 
 
 def run_flow(spec_path: Path | str, options: RunOptions) -> FlowResult:
     """Run one flow spec and return its verdict (never raises a FlowproofError)."""
     started = time.monotonic()
     spec_path = Path(spec_path)
+    # Every command the flow's errors and reports name: a path inside the working directory
+    # reads as the user would type it, not as the folder a CI machine checked out into.
+    command = options.rerecord or record_command(shown_spec(spec_path, Path.cwd()))
     try:
         if options.cancel is not None and options.cancel.is_set():
             raise Interrupted(options.cancel.signum)
-        result = _run(spec_path, options)
+        result = _run(spec_path, options, command)
     except FlowproofError as e:
         result = FlowResult(
             spec_path=spec_path,
@@ -141,6 +146,7 @@ def run_flow(spec_path: Path | str, options: RunOptions) -> FlowResult:
             mode=options.mode,
             exit_code=e.exit_code,
             error=str(e),
+            record_command=command,
         )
     except OSError as e:
         # The file system refused something no check above foresaw (a folder that turned
@@ -154,6 +160,7 @@ def run_flow(spec_path: Path | str, options: RunOptions) -> FlowResult:
             mode=options.mode,
             exit_code=EXIT_USAGE,
             error=file_error_text(e),
+            record_command=command,
         )
     return _with(result, duration=time.monotonic() - started)
 
@@ -168,7 +175,7 @@ def _with(result: FlowResult, **changes: Any) -> FlowResult:
     return replace(result, **changes)
 
 
-def _run(spec_path: Path, options: RunOptions) -> FlowResult:
+def _run(spec_path: Path, options: RunOptions, command: str) -> FlowResult:
     try:
         mode = choose(Mode, options.mode, "mode")
     except ValueError as e:
@@ -186,9 +193,9 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
     existing: Cassette | None = None
     views: tuple[Turn, ...] = ()
     if mode in (Mode.REPLAY, Mode.COMPARE):
-        existing, views = _load_existing(cassette, spec_path, agent.route, required=True)
+        existing, views = _load_existing(cassette, command, agent.route, required=True)
     elif cassette.exists():
-        existing, views = _load_existing(cassette, spec_path, agent.route, required=False)
+        existing, views = _load_existing(cassette, command, agent.route, required=False)
 
     if agent.url and not options.proxy_port:
         raise FlowproofError(
@@ -280,7 +287,7 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             name=spec.name,
             mode=mode,
             cassette=cassette,
-            record_command=record_command(spec_path),
+            record_command=command,
             advice=ADVICE,
             existing=existing,
             views=views,
@@ -294,6 +301,10 @@ def _run(spec_path: Path, options: RunOptions) -> FlowResult:
             before_keep=(lambda: _interrupted(cancel)) if cancel is not None else None,
         )
         if options.otel:
+            # Imported here: the spans module is 15-40 ms of every run's start (python -X
+            # importtime), and only --otel builds spans.
+            from flowproof.runner.otel import flow_spans
+
             spans = flow_spans(result, started_at=agent_started, ended_at=agent_ended, environ=environ,
                                mocked=spec.tool_results.keys(), content=options.otel_content)
             result = _with(result, spans=spans)
@@ -323,10 +334,10 @@ def _proxy_for(proxy_options: ProxyOptions, confdir: Path, options: RunOptions) 
 
 
 def _load_existing(
-    cassette: Path, spec_path: Path, route: str, *, required: bool
+    cassette: Path, command: str, route: str, *, required: bool
 ) -> tuple[Cassette, tuple[Turn, ...]]:
-    """The cassette and its turns' views (built by the check, read by the judge)."""
-    command = record_command(spec_path)
+    """The cassette and its turns' views (built by the check, read by the judge); ``command``
+    records it again."""
     if required and not cassette.exists():
         raise CassetteNotFoundError(cassette, command)
     loaded = load_cassette(cassette, record_command=command)

@@ -22,6 +22,7 @@ The runner and the addon share nothing else but the flow's JSON-lines event log
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import json
@@ -39,12 +40,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import flowproof
 from flowproof.errors import ProxyError
-from flowproof.options import REVERSE_HOSTS, ProxyOptions, to_json
 from flowproof.runner.eventtail import EventTail
+
+if TYPE_CHECKING:
+    from flowproof.options import ProxyOptions
 
 __all__ = [
     "FlowProxy",
@@ -52,8 +55,10 @@ __all__ = [
     "ProxyPool",
     "ProxyProcess",
     "addon_script_path",
+    "default_ca_dir",
     "free_port",
     "mitmdump_executable",
+    "prestart",
     "read_events",
     "scratch_prefix",
     "session_request",
@@ -71,6 +76,18 @@ _PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "A
 
 #: Written when the repository's one-line script is absent (an installed wheel).
 _ADDON_SHIM = "from flowproof.addon import Flowproof\n\naddons = [Flowproof()]\n"
+#: mitmproxy's file basename in its confdir (``mitmproxy-ca.pem`` …).
+CA_BASENAME = "mitmproxy"
+
+
+def default_ca_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$FLOWPROOF_CA_DIR``, else ``$XDG_DATA_HOME/flowproof/ca``, else ``~/.local/share/flowproof/ca``."""
+    env = os.environ if environ is None else environ
+    if env.get("FLOWPROOF_CA_DIR"):
+        return Path(env["FLOWPROOF_CA_DIR"]).expanduser()
+    if env.get("XDG_DATA_HOME"):
+        return Path(env["XDG_DATA_HOME"]).expanduser() / "flowproof" / "ca"
+    return Path.home() / ".local" / "share" / "flowproof" / "ca"
 
 
 def warm_enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -197,6 +214,44 @@ def sweep_scratch(root: Path | None = None) -> list[Path]:
     return removed
 
 
+# ------------------------------------------------------------------ the proxy started first
+
+#: The proxy `prestart` started, until the first `ProxyPool.open` takes it.
+_EARLY: list[ProxyProcess] = []
+_EARLY_LOCK = threading.Lock()
+
+
+def prestart(kind: ProxyKind) -> None:
+    """Start the proxy a run will most likely ask for, and return at once: mitmdump boots
+    while the runner imports the rest and reads the spec and the cassette (docs/performance.md).
+
+    The first `ProxyPool.open` takes it when the flow's kind is this one (it then waits for
+    its ``ready`` as for any start) and kills it otherwise; one that no pool took is killed
+    when the runner exits. A proxy that cannot start here is left to the flow's own start
+    to report."""
+    try:
+        proxy = ProxyProcess.spawn(kind)
+    except ProxyError:
+        return
+    with _EARLY_LOCK:
+        _EARLY.append(proxy)
+    atexit.register(_take_early, None)
+
+
+def _take_early(kind: ProxyKind | None) -> ProxyProcess | None:
+    """The prestarted proxy when it is of ``kind`` and alive; any other is killed."""
+    with _EARLY_LOCK:
+        early = list(_EARLY)
+        _EARLY.clear()
+    taken = None
+    for proxy in early:
+        if taken is None and proxy.kind == kind and proxy.is_alive():
+            taken = proxy
+        else:
+            proxy.kill()
+    return taken
+
+
 # ------------------------------------------------------------------ the control connection
 
 
@@ -219,6 +274,12 @@ def _receive(sock: socket.socket) -> dict[str, Any]:
 
 def session_request(options: ProxyOptions) -> dict[str, Any]:
     """The ``open`` message of a flow's session (`flowproof.addon.warm`)."""
+    # Imported here, as in `ProxyProcess.open`: this module starts the proxy before the
+    # runner imports the rest (`prestart`), and the options module with the normalizer and
+    # the provider table is 0.1-0.2 s of imports (python -X importtime) that a session only
+    # needs once the flow's options exist.
+    from flowproof.options import to_json
+
     return {"op": "open", "options": to_json(options)}
 
 
@@ -320,11 +381,20 @@ class ProxyProcess:
     startup_seconds: float
     _scratch: tempfile.TemporaryDirectory[str]
     _socket_dir: Path | None = None
+    _started: float = 0.0
+    _ready: bool = False
 
     @classmethod
     def start(cls, kind: ProxyKind, timeout: float = 20.0) -> ProxyProcess:
         """Start mitmdump and wait for its ``ready`` event; `ProxyError` with its output tail
         when it exits early or is not ready within ``timeout`` (nothing is left running)."""
+        proxy = cls.spawn(kind)
+        proxy.wait_ready(timeout)
+        return proxy
+
+    @classmethod
+    def spawn(cls, kind: ProxyKind) -> ProxyProcess:
+        """Start mitmdump and return at once; `wait_ready` waits for its ``ready`` event."""
         started = time.monotonic()
         sweep_scratch()
         scratch = tempfile.TemporaryDirectory(prefix=scratch_prefix("proxy"))
@@ -358,13 +428,21 @@ class ProxyProcess:
             except OSError as e:
                 scratch.cleanup()
                 raise ProxyError(f"could not start mitmdump ({argv[0]}): {e}") from None
-        proxy = cls(kind, process, control, 0.0, scratch, socket_dir)
-        tail = EventTail(log)
+        return cls(kind, process, control, 0.0, scratch, socket_dir, _started=started)
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        """Wait for the ``ready`` event of a `spawn`ed proxy (at once when it came already);
+        `ProxyError` with its output tail when it exits early or is not ready within
+        ``timeout`` (the process is killed then)."""
+        if self._ready:
+            return
+        process = self.process
+        tail = EventTail(Path(self._scratch.name) / "proxy.jsonl")
         deadline = time.monotonic() + timeout
         while not any(e.get("event") == "ready" for e in tail.read()):
             if process.poll() is not None or time.monotonic() >= deadline:
-                output = proxy.stderr_tail()
-                proxy.kill()
+                output = self.stderr_tail()
+                self.kill()
                 if process.returncode is not None and process.returncode != -signal.SIGKILL:
                     raise ProxyError(
                         f"the proxy (mitmdump) exited with code {process.returncode} — "
@@ -375,8 +453,8 @@ class ProxyProcess:
                     f"its last output: {output or '(none)'}"
                 )
             time.sleep(0.01)
-        proxy.startup_seconds = time.monotonic() - started
-        return proxy
+        self._ready = True
+        self.startup_seconds = time.monotonic() - self._started
 
     @property
     def pid(self) -> int:
@@ -423,6 +501,8 @@ class ProxyProcess:
         if not reply.get("ok"):
             sock.close()
             raise ProxyError(f"the proxy refused the flow: {reply.get('error')}")
+        from flowproof.options import REVERSE_HOSTS  # see session_request
+
         port = 0
         reverse: dict[str, int] = {}
         for entry in reply.get("listen") or []:
@@ -486,7 +566,11 @@ class ProxyPool:
             if proxy is None or not proxy.is_alive():
                 if proxy is not None:
                     proxy.kill()
-                proxy = self._start(key, timeout)
+                proxy = _take_early(key)
+                if proxy is not None:
+                    proxy.wait_ready(timeout)
+                else:
+                    proxy = self._start(key, timeout)
                 self._proxies[key] = proxy
                 self.starts += 1
                 self.pids.append(proxy.pid)

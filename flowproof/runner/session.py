@@ -332,9 +332,10 @@ class ProxySession:
 def session_report(session: ProxySession, result: FlowResult, exc: BaseException | None = None) -> str:
     """The session's readable report (as a flow's), ending with the line that says what to do."""
     after = ""
-    if exc is not None and not result.passed:
+    if exc is not None:
         # The exception's first sentence: an SDK's error text for a divergence goes on to name
         # the proxy's event log, a scratch file that is gone by now.
         first = (str(exc).strip().splitlines() or [""])[0].split(". ")[0][:200]
-        after = f"\n  the test then failed with: {type(exc).__name__}" + (f": {first}" if first else "")
-    return flow_report(result, secrets=secret_values(os.environ), after=after)
+        said = "the test then failed with" if not result.passed else "the test failed with"
+        after = f"\n  {said}: {type(exc).__name__}" + (f": {first}" if first else "")
+    return flow_report(result, secrets=secret_values(os.environ), after=after, test_failed=exc is not None)

@@ -12,36 +12,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from flowproof.spec.clauses import parse_reply_line, parse_tool_line
-from flowproof.spec.paths import format_path, resolve_path, split_path
-from flowproof.spec.types import (
-    AgentSpec,
-    BudgetAssertion,
-    CachePrefixAssertion,
-    Clause,
-    EgressAssertion,
-    FlowSpec,
-    Location,
-    Matcher,
-    McpServer,
-    Metric,
-    ParallelCallsAssertion,
-    Price,
-    PromptScope,
-    PromptStep,
-    ReplyAssertion,
-    ScopeStep,
-    SecretLeakAssertion,
-    Step,
-    SubagentAssertion,
-    SubagentScope,
-    ToolCallAssertion,
-    ToolMock,
-    ToolPattern,
-    VolatileRule,
-)
-from flowproof.spec.variables import find_variables, resolve_variables, unresolved_problems
-
 __all__ = [
     "AgentSpec",
     "BudgetAssertion",
@@ -82,15 +52,56 @@ __all__ = [
 ]
 
 
-#: Names served from `flowproof.spec.loader` on first use: the loader pulls in PyYAML, and a
-#: module that needs only the spec's types (normalize, the addon's hooks) should not pay for it.
-_LOADER_NAMES = ("default_cassette_path", "load_spec", "parse_spec", "volatile_refusal")
+#: Every name loads its module on first use (PEP 562): importing one submodule, say
+#: `flowproof.spec.patterns` for the normalizer, runs this file first, and an eager list
+#: here loaded the clause parser, the variables and the provider table with it (0.1-0.2 s of
+#: the proxy's start, python -X importtime). The loader pulls in PyYAML besides.
+_LAZY = {
+    **dict.fromkeys(("parse_reply_line", "parse_tool_line"), "flowproof.spec.clauses"),
+    **dict.fromkeys(("format_path", "resolve_path", "split_path"), "flowproof.spec.paths"),
+    **dict.fromkeys(("find_variables", "resolve_variables", "unresolved_problems"), "flowproof.spec.variables"),
+    **dict.fromkeys(("default_cassette_path", "load_spec", "parse_spec", "volatile_refusal"), "flowproof.spec.loader"),
+}
 
 if TYPE_CHECKING:
+    from flowproof.spec.clauses import parse_reply_line, parse_tool_line
     from flowproof.spec.loader import default_cassette_path, load_spec, parse_spec, volatile_refusal
+    from flowproof.spec.paths import format_path, resolve_path, split_path
+    from flowproof.spec.types import (
+        AgentSpec,
+        BudgetAssertion,
+        CachePrefixAssertion,
+        Clause,
+        EgressAssertion,
+        FlowSpec,
+        Location,
+        Matcher,
+        McpServer,
+        Metric,
+        ParallelCallsAssertion,
+        Price,
+        PromptScope,
+        PromptStep,
+        ReplyAssertion,
+        ScopeStep,
+        SecretLeakAssertion,
+        Step,
+        SubagentAssertion,
+        SubagentScope,
+        ToolCallAssertion,
+        ToolMock,
+        ToolPattern,
+        VolatileRule,
+    )
+    from flowproof.spec.variables import find_variables, resolve_variables, unresolved_problems
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LOADER_NAMES:
-        return getattr(importlib.import_module("flowproof.spec.loader"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _LAZY.get(name) or ("flowproof.spec.types" if name in __all__ else None)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from flowproof.testing import FakeModelServer
+
 from .conftest import (
     BIN,
     FLOWPROOF_RUN,
@@ -19,6 +21,7 @@ from .conftest import (
     fingerprint,
     kill_group,
     processes_inside,
+    upstream_args,
     write_spec,
 )
 
@@ -77,6 +80,69 @@ class TestInterruptMidRecord:
         assert "interrupted" in out.decode() and "Traceback" not in err.decode()
         assert not alive(agent)
         assert fingerprint(cassette) == before
+        assert not list(examples.glob("*.recording.json")) and not list(examples.glob("*.rejected.json"))
+
+
+def wait_for_change(path: Path, before: tuple[bytes, int], process: subprocess.Popen[bytes],
+                    timeout: float = 60.0) -> None:
+    """Until ``path`` is no longer ``before`` (a flow kept its recording as the cassette)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and fingerprint(path) != before:
+            return
+        assert process.poll() is None, "flowproof-run exited before the cassette was written"
+        time.sleep(0.05)
+    raise AssertionError(f"{path} was not written within {timeout}s")
+
+
+class TestInterruptAfterAFlowKeptItsCassette:
+    def test_the_last_lines_list_the_cassette_kept_and_the_flow_not_recorded(
+        self, examples: Path, flowproof: Flowproof, fake_model: Callable[..., FakeModelServer]
+    ) -> None:
+        """`a b -j 2 --record`, SIGINT once a has replaced its cassette and b's agent runs: the
+        run exits 130 and its last lines name a's cassette as kept and b as not recorded, instead
+        of saying nothing was recorded."""
+        booking, cassette = examples / "booking.flow.yaml", examples / "booking.cassette.json"
+        pidfile = examples / "agent.pid"
+        slow = write_spec(examples / "slow.flow.yaml", "\n".join([
+            "name: slow agent",
+            "agent:",
+            f"  command: echo $$ > {pidfile}; exec sleep 60",
+            "  timeout: 60",
+            "cassette: slow.cassette.json",
+            "steps:",
+            "  - prompt: Book me a flight",
+            "",
+        ]))
+        before = fingerprint(cassette)
+        server = fake_model(examples / "fake_model" / "booking.json")
+        process = subprocess.Popen(
+            [FLOWPROOF_RUN, str(booking), str(slow), "-j", "2", "--record", *upstream_args(server)],
+            env=flowproof.env(keys=True), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True,
+        )
+        try:
+            agent = wait_for_pid(pidfile, process)
+            wait_for_change(cassette, before, process)
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=30)
+        finally:
+            kill_group(process.pid)
+            process.wait(timeout=10)
+            for line in processes_inside(examples):
+                kill_group(int(line.split(":", 1)[0]))
+        text = out.decode()
+        assert process.returncode == 130, text + err.decode()
+        assert "Traceback" not in err.decode()
+        assert text.rstrip().splitlines()[-4:] == [
+            "flowproof-run was interrupted; flows that finished before the signal kept their recordings:",
+            f"  kept: {cassette} (cassette written, recorded by {booking})",
+            f"  not recorded: {slow} (interrupted; its cassette is unchanged)",
+            "Review the kept cassettes (flowproof show CASSETTE), then record the other flows again.",
+        ]
+        assert "nothing was recorded or checked" not in text
+        assert not alive(agent)
+        assert not (examples / "slow.cassette.json").exists()
         assert not list(examples.glob("*.recording.json")) and not list(examples.glob("*.rejected.json"))
 
 

@@ -58,8 +58,8 @@ class TestAgentPrintsItsKey:
     def test_no_output_shows_the_key_the_agent_printed(
         self, examples: Path, flowproof: Flowproof, tmp_path: Path
     ) -> None:
-        """An agent that prints its OPENAI_API_KEY and fails: the text report, --json, --junit
-        and --html show it masked, as the log lines do."""
+        """An agent that prints its OPENAI_API_KEY and fails: the text report, --json, --junit,
+        --html and --markdown show it masked, as the log lines do."""
         agent = examples / "leaky_agent.py"
         agent.write_text(
             "import os, sys\n"
@@ -74,12 +74,14 @@ class TestAgentPrintsItsKey:
             "cassette: booking.cassette.json\nsteps:\n  - prompt: Book me a flight\n",
             encoding="utf-8",
         )
-        junit, html = tmp_path / "junit.xml", tmp_path / "report.html"
+        junit, html, markdown = tmp_path / "junit.xml", tmp_path / "report.html", tmp_path / "summary.md"
         text = flowproof.run(spec, "-v", OPENAI_API_KEY=KEY)
-        as_json = flowproof.run(spec, "--json", "--junit", junit, "--html", html, OPENAI_API_KEY=KEY)
+        as_json = flowproof.run(spec, "--json", "--junit", junit, "--html", html, "--markdown", markdown,
+                                OPENAI_API_KEY=KEY)
         assert text.code == as_json.code == 5, text.output
         assert "using key [redacted]" in text.stdout
         assert as_json.report()["flows"][0]["agent"]["stdout"].strip() == "using key [redacted]"
         for shown in (text.stdout, text.stderr, as_json.stdout, as_json.stderr,
-                      junit.read_text(encoding="utf-8"), html.read_text(encoding="utf-8")):
+                      junit.read_text(encoding="utf-8"), html.read_text(encoding="utf-8"),
+                      markdown.read_text(encoding="utf-8")):
             assert KEY not in shown

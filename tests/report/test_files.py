@@ -10,7 +10,7 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from flowproof.report import files as files_module
-from flowproof.report.files import write_html, write_junit
+from flowproof.report.files import write_html, write_junit, write_markdown
 
 from .helpers import result
 from .test_html import diverged
@@ -38,6 +38,33 @@ class TestWrite:
             write_html([diverged()], path)
         assert path.read_text(encoding="utf-8") == "old report"
         assert [p.name for p in tmp_path.iterdir()] == ["run.html"]
+
+
+class TestWriteMarkdown:
+    def test_a_plain_path_is_written_by_a_rename(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Not the step summary: the old file is replaced whole, never appended to."""
+        path = tmp_path / "out" / "summary.md"
+        path.parent.mkdir()
+        path.write_text("old summary\n", encoding="utf-8")
+        renamed: list[str] = []
+        real = files_module.os.replace
+        monkeypatch.setattr(files_module.os, "replace", lambda a, b: (renamed.append(str(b)), real(a, b)))
+        write_markdown([diverged()], path, step_summary=str(tmp_path / "elsewhere.md"))
+        text = path.read_text(encoding="utf-8")
+        assert text.startswith("### flowproof") and "old summary" not in text
+        assert renamed == [str(path)]
+        assert [p.name for p in path.parent.iterdir()] == ["summary.md"]
+
+    def test_the_step_summary_is_appended_to(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """GitHub's convention: other steps wrote there first, and their text stays."""
+        summary = tmp_path / "step_summary"
+        summary.write_text("## Lint\nall clean", encoding="utf-8")
+        monkeypatch.chdir(tmp_path)
+        write_markdown([diverged()], Path("step_summary"), step_summary=str(summary))
+        text = summary.read_text(encoding="utf-8")
+        assert text.startswith("## Lint\nall clean\n\n### flowproof\n")
+        write_markdown([result()], summary, step_summary=str(summary))
+        assert summary.read_text(encoding="utf-8").count("### flowproof") == 2
 
 
 def _umask() -> int:

@@ -1,5 +1,5 @@
 """Every report masks the credentials flowproof knows, the same way the log lines do: the text
-report, a failing pytest item's text, --json, --junit and --html, from one function
+report, a failing pytest item's text, --json, --junit, --html and --markdown, from one function
 (`flowproof.redact.redact_data`)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from flowproof.redact import REDACTED, redact_data, redact_text
 from flowproof.report.html import html_report
 from flowproof.report.json_report import render_json, render_json_doc
 from flowproof.report.junit import junit_xml
+from flowproof.report.markdown import markdown_report
 from flowproof.report.text import flow_report, render_text
 from flowproof.verdict import StepResult
 
@@ -61,10 +62,16 @@ class TestEveryReportMasks:
         assert KEY not in page
         assert "Your key is [redacted]." in page
 
+    def test_markdown_summary_and_diff(self) -> None:
+        text = markdown_report(leaking(), secrets=[KEY])
+        assert KEY not in text
+        assert "+ key [redacted]" in text  # the divergence's replayed side, in the diff block
+
     def test_without_secrets_the_value_is_shown(self) -> None:
         """The masking is the secrets': an ordinary value is left as it was."""
         assert KEY in render_text(leaking(), verbose=True)
         assert KEY in render_json_doc(leaking())["flows"][0]["agent"]["stdout"]
+        assert KEY in markdown_report(leaking())
 
 
 def test_reports_mask_as_log_lines_do() -> None:

@@ -76,6 +76,12 @@ class TestCommandAgent:
         assert (run.stdout, run.stderr) == ("out\n", "err\n")
         assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
 
+    def test_the_agents_exit_is_seen_when_it_happens_not_at_the_next_poll(self, tmp_path: Path) -> None:
+        """Between its looks at the event log the runner waits on the agent itself: an agent
+        that exits after 0.2 s is done after about 0.2 s even with a 5-second poll interval."""
+        run = run_command_agent("sleep 0.2", prompts=[], env=ENV, cwd=tmp_path, timeout=30, poll=5.0)
+        assert run.returncode == 0 and run.duration < 2.0
+
     def test_timeout_kills_whole_group(self, tmp_path: Path) -> None:
         """On timeout the agent and its background children are killed."""
         pidfile = tmp_path / "child.pid"

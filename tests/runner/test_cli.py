@@ -52,6 +52,35 @@ class TestRun:
         assert f"flowproof-run {spec} --record" in res.output
         assert "Traceback" not in res.output
 
+    def test_an_absolute_spec_inside_the_working_directory_is_named_relative(
+        self, tmp_path: Path, fake_env, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The record command reads as the user types it, not as the machine's folders."""
+        (tmp_path / "flows").mkdir()
+        spec = write_spec(tmp_path / "flows")
+        monkeypatch.chdir(tmp_path)
+        res = invoke(run_command, [spec.resolve()])
+        assert res.exit_code == 2
+        assert "record one first with: flowproof-run flows/booking.flow.yaml --record" in res.output
+        assert f"{tmp_path}/flows/booking.flow.yaml --record" not in res.output
+
+    def test_several_diverged_flows_get_one_command_naming_each(
+        self, tmp_path: Path, fake_env, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        specs = [write_spec(tmp_path, name=n) for n in ("a", "b")]
+        for name in ("a", "b"):
+            (tmp_path / f"{name}.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        divergence = {"event": "divergence", "id": "1", "divergence": {
+            "kind": "unmatched", "request_number": 1, "closest_index": 0, "envelope": [], "fields": []}}
+        fake_env(events=[{"event": "request_started", "id": "1"}, divergence])
+        monkeypatch.chdir(tmp_path)
+        res = invoke(run_command, [s.resolve() for s in specs])
+        assert res.exit_code == 3, res.output
+        command = "flowproof-run a.flow.yaml b.flow.yaml --record"
+        last = res.output.rstrip().splitlines()[-1]
+        assert last.startswith(f"If the change is intended, re-record with: {command} —")
+        assert res.output.count("--record") == 1
+
     def test_bad_spec_points_at_line(self, tmp_path: Path, fake_env) -> None:
         """A bad spec exits 2 with file:line:col and no traceback."""
         spec = tmp_path / "bad.flow.yaml"
@@ -581,6 +610,85 @@ class TestRunFlowsWait:
         assert results == ["fast", "slow"]
         # A spinning wait burns about the whole 0.8 s; 16 wake-ups of a sleeping one, a few ms.
         assert cpu < 0.15, f"the main thread used {cpu:.3f} CPU-s while waiting 0.8 s"
+
+
+class TestMarkdownFlag:
+    def test_a_run_writes_its_summary(self, tmp_path: Path, fake_env, monkeypatch: pytest.MonkeyPatch) -> None:
+        """--markdown PATH: the table and the failing flow's section; the exit code is the run's."""
+        monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+        a = write_spec(tmp_path, name="a")
+        b = write_spec(tmp_path, name="b")
+        (tmp_path / "a.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        out = tmp_path / "summary.md"
+        res = CliRunner().invoke(run_command, [str(a), str(b), "--markdown", str(out)], catch_exceptions=False)
+        assert res.exit_code == 2, res.output
+        text = out.read_text(encoding="utf-8")
+        assert "**2 flow(s): 1 passed, 1 failed** · mode replay · exit code 2" in text
+        assert "| ✓ passed |" in text and "b.flow.yaml: " in text and "no cassette to replay" in text
+
+    def test_the_step_summary_is_appended_to(self, tmp_path: Path, fake_env, monkeypatch: pytest.MonkeyPatch) -> None:
+        summary = tmp_path / "step_summary"
+        summary.write_text("from an earlier step\n")
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+        spec = write_spec(tmp_path)
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        res = CliRunner().invoke(run_command, [str(spec), "--markdown", str(summary)], catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        text = summary.read_text()
+        assert text.startswith("from an earlier step\n\n### flowproof\n") and "1 passed, 0 failed" in text
+
+    def test_an_unwritable_path_is_one_line_and_exit_2(self, tmp_path: Path, fake_env) -> None:
+        spec = write_spec(tmp_path)
+        (tmp_path / "booking.cassette.json").write_text(cassette_text(BOOKING_TURNS))
+        fake_env(events=turn_events(BOOKING_TURNS))
+        blocker = tmp_path / "file"
+        blocker.write_text("not a folder")
+        res = CliRunner().invoke(run_command, [str(spec), "--markdown", str(blocker / "s.md")], catch_exceptions=False)
+        assert res.exit_code == 2
+        assert f"cannot write the Markdown report to {blocker / 's.md'}" in res.output
+        assert "Traceback" not in res.output
+
+
+class TestRunFlowsAfterTheGrace:
+    def test_a_runner_that_exits_without_waiting_names_the_cassettes_already_kept(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A flow stuck where it cannot see the signal: once the grace has passed the runner exits
+        at once, saying which cassette a finished flow kept and which flow recorded nothing."""
+        import threading
+
+        from flowproof.runner import cli as cli_module
+        from flowproof.runner.flow import Cancel
+        from flowproof.verdict import FlowResult
+
+        release = threading.Event()
+        cancel = Cancel()
+
+        def run_flow(path: Path, _options: object) -> FlowResult:
+            if path.name == "stuck.flow.yaml":
+                cancel.set()  # the signal arrives once the other flow has finished
+                release.wait(30)
+            return FlowResult(spec_path=path, name=path.name, mode="record", exit_code=0,
+                              cassette=Path("kept.cassette.json"))
+
+        def exit_now(code: int) -> None:
+            raise SystemExit(code)
+
+        monkeypatch.setattr(cli_module.os, "_exit", exit_now)
+        monkeypatch.setattr(cli_module, "CANCEL_GRACE", 0.1)
+        try:
+            with pytest.raises(SystemExit) as exited:
+                # One worker: the kept flow has finished before the stuck one starts.
+                cli_module._run_flows([Path("kept.flow.yaml"), Path("stuck.flow.yaml")], None, 1, cancel, run_flow)
+        finally:
+            release.set()
+        assert exited.value.code == 130
+        err = capsys.readouterr().err
+        assert "  kept: kept.cassette.json (cassette written, recorded by kept.flow.yaml)\n" in err
+        assert "  not recorded: stuck.flow.yaml (interrupted; its cassette is unchanged)\n" in err
+        assert "nothing was recorded" not in err
 
 
 class TestHtmlFlag:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
 from flowproof.errors import FlowproofError
-from flowproof.runner.flags import check_cassette_flag, check_proxy_port
+from flowproof.runner.flags import WriterClaims, check_cassette_flag, check_one_writer, check_proxy_port
 
 
 class TestProxyPort:
@@ -34,3 +35,33 @@ class TestCassetteFlag:
 
     def test_cassette_passes(self) -> None:
         check_cassette_flag("x.cassette.json")
+
+
+class TestWriterClaims:
+    def test_a_second_writer_is_refused_naming_both_and_the_first_keeps_its_claim(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.chdir(tmp_path)
+        claims = WriterClaims()
+        claims.claim("a.flow.yaml", Path("c.json"))
+        # The same file by another spelling is the same cassette.
+        with pytest.raises(FlowproofError) as refused:
+            claims.claim("b.flow.yaml", tmp_path / "c.json", shown=Path("c.json"))
+        assert str(refused.value) == (
+            "a.flow.yaml and b.flow.yaml both record c.json, so one recording would be lost — "
+            "give each spec its own `cassette:`, or record them in separate runs"
+        )
+        assert claims.first(Path("c.json")) == "a.flow.yaml"
+
+    def test_the_same_writer_claiming_again_is_no_second_writer(self) -> None:
+        """A rerun of one test (one node id) records its own cassette again."""
+        claims = WriterClaims()
+        claims.claim("t.py::test_x", Path("/c.json"), advice="give each test its own cassette")
+        claims.claim("t.py::test_x", Path("/c.json"), advice="give each test its own cassette")
+        assert claims.first(Path("/c.json")) == "t.py::test_x"
+        assert claims.first(Path("/other.json")) is None
+
+    def test_check_one_writer_words_the_cli_refusal(self) -> None:
+        with pytest.raises(FlowproofError, match=r"^a.yaml and b.yaml both record /c.json, so one recording"):
+            check_one_writer([(Path("a.yaml"), Path("/c.json")), (Path("b.yaml"), Path("/c.json"))])
+        check_one_writer([(Path("a.yaml"), Path("/c.json")), (Path("b.yaml"), Path("/d.json"))])

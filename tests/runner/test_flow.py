@@ -211,6 +211,24 @@ class TestRecord:
         assert result.rejected == rejected_path(cassette)
         assert json.loads(rejected_path(cassette).read_text())["turns"][1]["index"] == 1
 
+    def test_a_request_no_codec_reads_is_that_flow_s_failure_not_a_spec_error(self, tmp_path: Path, opts) -> None:
+        """An agent request whose `messages` is a string: the flow keeps its name and its agent's
+        output, fails as the agent's (exit 5, not 2), and its recording is set aside."""
+        spec = write_spec(tmp_path, command="echo the agent ran")
+        cassette = with_cassette(spec)
+        before = cassette.read_bytes()
+        sent = chat_turn(0, text="Booked.")
+        sent["request"]["body"]["messages"] = "Book me a flight"
+        script = {"events": turn_events([sent], "record"), "cassette": cassette_text([sent])}
+        result = run_flow(spec, opts(script, mode="record"))
+        assert (result.exit_code, result.failure) == (EXIT_AGENT, "request"), result.error
+        assert result.name == "Booking assistant books a flight"
+        assert "model call 0" in (result.error or "") and "field `messages` is a JSON string" in (result.error or "")
+        assert result.agent_stdout.strip() == "the agent ran"
+        assert cassette.read_bytes() == before
+        assert result.rejected == rejected_path(cassette) and result.rejected.is_file()
+        assert not staging_path(cassette).exists()
+
     def test_record_needs_no_cassette(self, tmp_path: Path, opts) -> None:
         """Recording a new spec writes the cassette and no heal diff."""
         spec = write_spec(tmp_path)

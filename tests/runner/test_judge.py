@@ -13,6 +13,7 @@ from flowproof.cassette_check import check_cassette
 from flowproof.errors import EXIT_AGENT, EXIT_OK, Interrupted
 from flowproof.log_events import parse_events
 from flowproof.report.html import flow_conversation
+from flowproof.report.text import flow_report
 from flowproof.runner.agents import AgentRun
 from flowproof.runner.flow import ADVICE
 from flowproof.runner.judge import judge_flow
@@ -115,6 +116,25 @@ class TestRecording:
         result = judge(tmp_path, [*turn_events(BOOKING_TURNS, "record"), {"event": "done"}], "record")
         assert result.exit_code == EXIT_AGENT and "did not write the recording" in (result.error or "")
         assert [s.passed for s in result.steps] == [True, True, True]  # the steps are still reported
+
+    def test_a_request_no_codec_reads_fails_the_flow_with_the_agent_s_output_and_is_set_aside(
+        self, tmp_path: Path
+    ) -> None:
+        """Not "usage or spec error": the flow's name, its agent's output and the problem stay,
+        and the recording is kept aside as `*.rejected.json` like any failed record."""
+        sent = chat_turn(0, text="Booked.")
+        sent["request"]["body"]["messages"] = "Book me a flight"
+        Staging(tmp_path / "booking.cassette.json").path.write_text(cassette_text([sent]))
+        result = judge(tmp_path, [*turn_events([sent], "record"), {"event": "done"}], "record")
+        assert (result.exit_code, result.failure, result.name) == (EXIT_AGENT, "request", "booking")
+        assert result.rejected == rejected_path(tmp_path / "booking.cassette.json") and result.rejected.is_file()
+        assert not (tmp_path / "booking.cassette.json").exists()
+        report = flow_report(result)
+        assert "✗ booking [record] — agent failed" in report
+        assert "model call 0 (POST https://api.openai.com/v1/chat/completions): its request field `messages`" in report
+        assert "agent stdout (last lines):\n    out" in report and "agent stderr (last lines):\n    err" in report
+        assert f"rejected recording kept for inspection: {result.rejected}" in report
+        assert report.endswith("fix how it builds the request named above, then run again.")
 
     def test_a_signal_before_the_keep_records_nothing(self, tmp_path: Path) -> None:
         Staging(tmp_path / "booking.cassette.json").path.write_text(cassette_text(BOOKING_TURNS))

@@ -13,6 +13,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +25,7 @@ import pytest
 
 from flowproof.errors import ProxyError
 from flowproof.options import Mode, ProxyOptions, Route, from_json, listeners_for, parse_upstreams
+from flowproof.runner import proxy as proxy_module
 from flowproof.runner.proxy import (
     FlowProxy,
     ProxyKind,
@@ -30,6 +33,7 @@ from flowproof.runner.proxy import (
     ProxyProcess,
     addon_script_path,
     free_port,
+    prestart,
     read_events,
     session_request,
     start_proxy,
@@ -368,3 +372,43 @@ class TestSweepScratch:
             (folder / "events.jsonl").write_text("{}\n")
         assert sweep_scratch(tmp_path) == [gone]
         assert not gone.exists() and mine.exists() and other.exists()
+
+
+class TestPrestart:
+    """`prestart`: the proxy the command line starts before its own imports (docs/performance.md)."""
+
+    def test_the_first_pool_takes_the_prestarted_proxy_of_its_kind(
+        self, tmp_path: Path, ca_dir: Path, pool: ProxyPool
+    ) -> None:
+        """The flow's session opens on the proxy started early: no second mitmdump."""
+        prestart(ProxyKind(ca_dir, lazy=True))
+        (early,) = proxy_module._EARLY
+        session = pool.open(options(tmp_path, "a"), ca_dir)
+        assert session.process is early and pool.starts == 1 and proxy_module._EARLY == []
+        status, _ = post_chat(session.port, "never recorded")
+        session.stop()
+        assert status == 400 and kinds(session.options.report)[0] == "ready"
+
+    def test_a_prestarted_proxy_of_another_kind_is_killed(
+        self, tmp_path: Path, ca_dir: Path, pool: ProxyPool
+    ) -> None:
+        """A record flow cannot use a lazy proxy: the guess is killed (its scratch folder
+        removed) and the flow gets a proxy of its own kind."""
+        prestart(ProxyKind(ca_dir, lazy=True))
+        (early,) = proxy_module._EARLY
+        session = pool.open(options(tmp_path, "r", mode=Mode.RECORD), ca_dir)
+        assert session.process is not early and pool.starts == 1
+        assert early.process.poll() is not None and not Path(early._scratch.name).exists()
+        session.stop()
+
+    def test_one_no_pool_took_is_killed_when_the_runner_exits(self, ca_dir: Path, ca_files: Any) -> None:
+        """A run that never opens a session (a spec that does not load) leaves nothing running."""
+        code = (
+            "import sys; from pathlib import Path; from flowproof.runner.proxy import ProxyKind, prestart, _EARLY; "
+            f"prestart(ProxyKind(Path({str(ca_dir)!r}), lazy=True)); print(_EARLY[0].pid, _EARLY[0]._scratch.name)"
+        )
+        env = {k: v for k, v in os.environ.items() if k != "FLOWPROOF_ADDON_SCRIPT"}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             timeout=60, env=env)
+        pid, scratch = out.stdout.split()
+        assert not group_alive(int(pid)) and not Path(scratch).exists()

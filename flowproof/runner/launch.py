@@ -1,0 +1,70 @@
+"""The console scripts ``flowproof-run`` and ``flowproof``: the proxy first, then the CLI.
+
+A replayed flow waits for mitmdump to start (1.5-2 s: mitmproxy's imports and the
+addon's), and before it could start the runner imported its own modules and read the
+spec and the cassette (0.7-1 s more, python -X importtime). So the entry point starts
+the proxy a run will most likely need before importing anything else
+(`flowproof.runner.proxy.prestart`), and mitmdump boots while the runner does that work;
+the flow's session then opens on it once its ``ready`` event is in its log, as on any
+proxy. Only this module and `flowproof.runner.proxy` (the standard library, the error
+types) are imported before the proxy is started.
+
+The guess is a replay proxy of the default CA folder: what a run without ``--record``,
+``--compare`` or ``--record-missing`` asks for. A run that turns out to need another
+kind kills the guess and starts its own (docs/performance.md). Nothing is started for
+``--help``, for another ``flowproof`` command, or before the CA exists (mitmdump would
+create one of its own while `flowproof.runner.env.ensure_ca` creates it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from flowproof.runner.proxy import CA_BASENAME, ProxyKind, default_ca_dir, prestart
+
+__all__ = ["early_kind", "main", "run_main"]
+
+#: Flags after which the run is not (only) a replay, or runs nothing: no guess is made.
+_NOT_A_REPLAY = frozenset({"--record", "--compare", "--record-missing", "-h", "--help"})
+
+
+def early_kind(args: Sequence[str], environ: Mapping[str, str]) -> ProxyKind | None:
+    """The kind of proxy ``flowproof-run ARGS`` will ask for first, when it can be told
+    from the arguments alone; None when no proxy should be started early."""
+    if not args or any(a in _NOT_A_REPLAY for a in args):
+        return None
+    confdir = default_ca_dir(environ)
+    if not (confdir / f"{CA_BASENAME}-ca.pem").is_file():
+        return None
+    script = environ.get("FLOWPROOF_ADDON_SCRIPT")
+    # The kind `ProxyPool.kind` gives a replay flow of the command line's pool.
+    return ProxyKind(confdir, lazy=True, script=Path(script) if script else None)
+
+
+def _start_early(args: Sequence[str]) -> None:
+    # With FLOWPROOF_WARM_PROXY=0 too: the first flow's pool of one takes it.
+    kind = early_kind(args, os.environ)
+    if kind is not None:
+        prestart(kind)
+
+
+def run_main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of ``flowproof-run``."""
+    _start_early(sys.argv[1:] if argv is None else argv)
+    from flowproof.runner import cli  # after the proxy's start: see the module's docstring
+
+    cli.run_main(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of ``flowproof``."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["run"]:
+        _start_early(args[1:])
+    from flowproof.runner import cli  # see run_main
+
+    cli.main(argv)

@@ -1,0 +1,66 @@
+"""Tests for flowproof.runner.launch: the console scripts start the proxy before the CLI's imports."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowproof.options import ProxyOptions
+from flowproof.runner.launch import early_kind
+from flowproof.runner.proxy import ProxyPool
+
+
+def env_of(ca_dir: Path, **extra: str) -> dict[str, str]:
+    return {"FLOWPROOF_CA_DIR": str(ca_dir), **extra}
+
+
+class TestEarlyKind:
+    def test_a_replay_gets_the_kind_its_pool_asks_for(self, ca_dir: Path, ca_files: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+        """The guess is the very kind the command line's pool gives a replay flow, so the
+        pool takes it (`ProxyPool.open` matches kinds by equality)."""
+        monkeypatch.delenv("FLOWPROOF_ADDON_SCRIPT", raising=False)
+        kind = early_kind(["x.flow.yaml", "-v"], env_of(ca_dir))
+        assert kind is not None and kind == ProxyPool().kind(ProxyOptions(), ca_dir)
+
+    def test_the_addon_script_override_is_part_of_the_guess(self, ca_dir: Path, ca_files: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("FLOWPROOF_ADDON_SCRIPT", "/somewhere/addon.py")
+        kind = early_kind(["x.flow.yaml"], env_of(ca_dir, FLOWPROOF_ADDON_SCRIPT="/somewhere/addon.py"))
+        assert kind == ProxyPool().kind(ProxyOptions(), ca_dir)
+        assert kind is not None and kind.script == Path("/somewhere/addon.py")
+
+    @pytest.mark.parametrize("flag", ["--record", "--compare", "--record-missing", "--help", "-h"])
+    def test_no_guess_for_a_run_that_is_not_a_replay(self, flag: str, ca_dir: Path, ca_files: Any) -> None:
+        """A live run needs a proxy that dials eagerly, and --help runs nothing."""
+        assert early_kind(["x.flow.yaml", flag], env_of(ca_dir)) is None
+
+    def test_no_guess_without_arguments(self, ca_dir: Path, ca_files: Any) -> None:
+        assert early_kind([], env_of(ca_dir)) is None
+
+    def test_no_guess_before_the_ca_exists(self, tmp_path: Path) -> None:
+        """mitmdump would write a CA of its own into the folder while the runner creates it."""
+        assert early_kind(["x.flow.yaml"], env_of(tmp_path / "no-ca-yet")) is None
+
+
+class TestImportsBeforeTheProxy:
+    def test_the_entry_point_imports_only_the_proxy_module_before_starting_it(self) -> None:
+        """What runs before mitmdump is spawned: the standard library, the error types and
+        runner/proxy.py; the CLI, click, the options and the spec stack come after."""
+        code = (
+            "import sys; import flowproof.runner.launch; "
+            "print(sorted(m for m in sys.modules if m.startswith(('flowproof', 'click', 'yaml', 'mitmproxy', "
+            "'structlog', 'certifi'))))"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+        loaded = ast.literal_eval(out.stdout.strip())
+        assert set(loaded) <= {
+            "flowproof", "flowproof.errors", "flowproof.turns", "flowproof.runner",
+            "flowproof.runner.eventtail", "flowproof.runner.launch", "flowproof.runner.proxy",
+        }
+        assert "flowproof.runner.launch" in loaded  # the check sees what is loaded
