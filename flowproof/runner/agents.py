@@ -70,10 +70,23 @@ class _Tail:
                     del self._data[: len(self._data) - self._limit]
         except (OSError, ValueError):
             pass
+        finally:
+            # The reader owns the pipe: closed at EOF, not by the garbage collector (a
+            # ResourceWarning for each agent a long-lived process such as pytest runs).
+            self._stream.close()
 
     def text(self, timeout: float = 2.0) -> str:
         self._thread.join(timeout)
         return bytes(self._data[-self._limit :]).decode("utf-8", "replace")
+
+
+def _close_quietly(stream: Any) -> None:
+    """Close a pipe whose reader may be gone. A failed flush still closes the file, and a
+    pipe left open is a ResourceWarning when it is collected (the agent exited first)."""
+    try:
+        stream.close()
+    except OSError:
+        pass
 
 
 def render_command(command: str, prompt: str | None) -> tuple[str, bool]:
@@ -251,14 +264,12 @@ def run_command_agent(
             process.stdin.flush()  # type: ignore[union-attr]
         except (BrokenPipeError, OSError):
             stdin_open = False
+            _close_quietly(process.stdin)
 
     def close_stdin() -> None:
         nonlocal stdin_open
         if stdin_open:
-            try:
-                process.stdin.close()  # type: ignore[union-attr]
-            except OSError:
-                pass
+            _close_quietly(process.stdin)
             stdin_open = False
 
     watch = _ExitWatch(process.pid)

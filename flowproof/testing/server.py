@@ -461,6 +461,12 @@ class FakeModelServer:
             handler.join(timeout=5)
         self._httpd = None
         self._thread = None
+        if self._cert_dir is not None:
+            # The certificate lives as long as the server serves: left to the garbage
+            # collector, the folder outlived the server (a ResourceWarning each time).
+            # A restart makes a new one.
+            self._cert_dir.cleanup()
+            self._cert_dir = self._cert_file = self._tls_context = None
 
     def __enter__(self) -> Self:
         return self.start()

@@ -144,6 +144,26 @@ class Harness:
         return [e for e in read_log(self.report) if kind is None or e["event"] == kind]
 
 
+@pytest.fixture(autouse=True)
+def _event_logs_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every event log a test's addon state opened is closed after the test. mitmproxy's
+    ``done`` closes it in a proxy; a test that builds `Shared` by hand never reaches ``done``,
+    and a log left to the collector is a ResourceWarning."""
+    from flowproof.addon import eventlog, shared
+
+    opened: list[eventlog.EventLog] = []
+
+    class Tracked(eventlog.EventLog):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+    monkeypatch.setattr(shared, "EventLog", Tracked)
+    yield
+    for log in opened:
+        log.close()
+
+
 @pytest.fixture
 def harness(tmp_path: Path) -> Iterator[Harness]:
     """A fresh addon in a mitmproxy test context."""

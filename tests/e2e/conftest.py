@@ -1,9 +1,12 @@
 """Fixtures for the end-to-end tests: real processes all the way.
 
-Every test runs ``flowproof-run`` as a subprocess; the runner starts a real
-mitmdump with the addon and a real agent (official SDKs, Python or Node); model
-calls go to `flowproof.testing.FakeModelServer` on 127.0.0.1 through
-``--upstream``. Nothing leaves the machine, and no API key is ever needed.
+Every test runs ``flowproof-run`` (as a subprocess through the ``flowproof``
+fixture; a module about what a flow does, not about the runner's process, may
+use ``in_process_flowproof`` instead: the same command line run in the test's
+process, on proxies kept for the worker); the runner starts a real mitmdump
+with the addon and a real agent (official SDKs, Python or Node); model calls go
+to `flowproof.testing.FakeModelServer` on 127.0.0.1 through ``--upstream``.
+Nothing leaves the machine, and no API key is ever needed.
 
 Each test gets its own copy of ``example_specs`` (tests edit specs, agents and
 cassettes) and a session-wide flowproof CA in a temporary directory. After each
@@ -13,6 +16,8 @@ the test's tmp_path.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -21,13 +26,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from flowproof.runner import cli as runner_cli
 from flowproof.runner.env import ensure_ca
+from flowproof.runner.proxy import ProxyKind, ProxyPool, ProxyProcess
 from flowproof.testing import FakeModelServer, Reply, load_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,6 +117,87 @@ class Flowproof:
         return Ran(process.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
 
+class KeptProxies(ProxyPool):
+    """The proxies of one pytest worker, shared by the in-process runs of its tests.
+
+    A run's own pool is closed at the end of the run; this one outlives it (``close`` is
+    the run's, ``shut`` the session's), so only the first run of a kind pays a mitmdump start.
+    Each proxy is started from one long-lived thread: mitmdump dies with the thread that
+    started it (``PR_SET_PDEATHSIG``), and a run's flows are threads that end with it.
+    """
+
+    def __init__(self, home: Path) -> None:
+        self._home = home
+        self._keeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kept-proxies")
+        super().__init__(start=self._start_on_keeper)
+
+    def _start_on_keeper(self, kind: ProxyKind, timeout: float) -> ProxyProcess:
+        return self._keeper.submit(self._start_at_home, kind, timeout).result()
+
+    def _start_at_home(self, kind: ProxyKind, timeout: float) -> ProxyProcess:
+        # mitmdump inherits the working directory: the run's is a test's tmp_path, and a
+        # process left there fails that test's no_process_left_behind. The other flows of
+        # the run wait on the pool's lock meanwhile, so none of them is reading a relative path.
+        cwd = os.getcwd()
+        os.chdir(self._home)
+        try:
+            return ProxyProcess.start(kind, timeout)
+        finally:
+            os.chdir(cwd)
+
+    def close(self) -> None:
+        """A run is over: its sessions are closed, the proxies stay for the next run."""
+
+    def shut(self) -> None:
+        super().close()
+        self._keeper.shutdown(wait=False)
+
+
+class InProcessFlowproof(Flowproof):
+    """``flowproof-run ARGS`` run by its entry point in this process, with the subprocess's
+    environment, working directory, stdin and output: the same command, judge and reports,
+    without an interpreter start per run, and (with the warm proxy) on the worker's
+    `KeptProxies`. The agent and mitmdump are still real processes."""
+
+    def __init__(self, ca_dir: Path, pool: KeptProxies) -> None:
+        super().__init__(ca_dir)
+        self.pool = pool
+
+    def run(
+        self,
+        *args: str | Path,
+        cwd: Path | None = None,
+        keys: bool = False,
+        timeout: float = 60.0,
+        **extra_env: str,
+    ) -> Ran:
+        env = self.env(keys=keys, **extra_env)
+        out, err = io.StringIO(), io.StringIO()
+        saved_env, saved_cwd, saved_pool = dict(os.environ), os.getcwd(), runner_cli.ProxyPool
+        code = 0
+        try:
+            os.environ.clear()
+            os.environ.update(env)
+            if cwd is not None:
+                os.chdir(cwd)
+            runner_cli.ProxyPool = lambda: self.pool  # type: ignore[assignment,misc,return-value]
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                    open(os.devnull, encoding="utf-8") as stdin:
+                saved_stdin, sys.stdin = sys.stdin, stdin
+                try:
+                    runner_cli.run_main([str(a) for a in args])
+                except SystemExit as e:
+                    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                finally:
+                    sys.stdin = saved_stdin
+        finally:
+            runner_cli.ProxyPool = saved_pool  # type: ignore[misc]
+            os.chdir(saved_cwd)
+            os.environ.clear()
+            os.environ.update(saved_env)
+        return Ran(code, out.getvalue(), err.getvalue())
+
+
 def kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
@@ -146,11 +235,34 @@ def processes_inside(path: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def flowproof(tmp_path_factory: pytest.TempPathFactory) -> Flowproof:
-    """The runner driver, with one flowproof CA for the session (an RSA key costs time)."""
+def flowproof_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One flowproof CA for the session (an RSA key costs time)."""
     ca_dir = tmp_path_factory.mktemp("flowproof-ca") / "ca"
     ensure_ca(ca_dir)
-    return Flowproof(ca_dir)
+    return ca_dir
+
+
+@pytest.fixture(scope="session")
+def flowproof(flowproof_ca: Path) -> Flowproof:
+    """The runner driver: ``flowproof-run`` as a subprocess."""
+    return Flowproof(flowproof_ca)
+
+
+@pytest.fixture(scope="session")
+def subprocess_flowproof(flowproof_ca: Path) -> Flowproof:
+    """``flowproof-run`` as a subprocess, for a test of a module whose ``flowproof`` runs
+    in-process but that needs a proxy of its own (started with the run's environment)."""
+    return Flowproof(flowproof_ca)
+
+
+@pytest.fixture(scope="session")
+def in_process_flowproof(flowproof_ca: Path) -> Iterator[InProcessFlowproof]:
+    """The runner driver in this process, on proxies kept for the worker (see `InProcessFlowproof`)."""
+    pool = KeptProxies(flowproof_ca.parent)
+    try:
+        yield InProcessFlowproof(flowproof_ca, pool)
+    finally:
+        pool.shut()
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,15 @@ import pytest
 
 from flowproof.testing import FakeModelServer, Reply, Script
 
-from .conftest import AGENTS, Flowproof, Ran, fingerprint, write_spec
+from .conftest import AGENTS, Flowproof, InProcessFlowproof, Ran, fingerprint, write_spec
+
+
+@pytest.fixture
+def flowproof(in_process_flowproof: InProcessFlowproof) -> InProcessFlowproof:
+    """These tests are about what a flow does, not the runner's process: each run is the
+    command line in this process, on the worker's kept proxies (tests/e2e/conftest.py)."""
+    return in_process_flowproof
+
 
 APIS = ("openai-chat", "openai-responses", "anthropic", "gemini")
 API_HOSTS = ("api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com")
@@ -232,8 +240,12 @@ def on_compare(result):
 '''
 
 
-def test_a_handler_receives_every_result_and_decides(tmp_path: Path, flowproof: Flowproof, model: Any) -> None:
+def test_a_handler_receives_every_result_and_decides(
+    tmp_path: Path, subprocess_flowproof: Flowproof, model: Any
+) -> None:
     """Equal, drifted, extra and missing results all reach the handler, which accepts them: exit 0."""
+    # The handler is imported in the proxy from the run's PYTHONPATH: a proxy of its own.
+    flowproof = subprocess_flowproof
     (tmp_path / "compare_checks.py").write_text(HANDLER)
     path = spec(tmp_path, "openai-chat", False, title=True, handler="compare_checks:on_compare")
     record(flowproof, model, path, title=[Reply.text("Booking KQ311 for two")], PYTHONPATH=str(tmp_path),

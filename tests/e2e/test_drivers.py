@@ -128,6 +128,8 @@ def url_agent(flowproof: Flowproof) -> Iterator[Callable[[int], str]]:
     for process in started:
         kill_group(process.pid)
         process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()  # left to the collector, it is a ResourceWarning
 
 
 class TestUrlAgent:

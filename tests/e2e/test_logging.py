@@ -166,6 +166,8 @@ def run_on_pty(flowproof: Flowproof, *args: str | Path, timeout: float = 90.0) -
     finally:
         kill_group(process.pid)
         os.close(master)
+        if process.stderr is not None:
+            process.stderr.close()  # left to the collector, it is a ResourceWarning
     return code, received.decode("utf-8", "replace"), stderr
 
 

@@ -18,9 +18,16 @@ import pytest
 
 from flowproof.testing import FakeModelServer
 
-from .conftest import Flowproof, kill_group, upstream_args
+from .conftest import Flowproof, InProcessFlowproof, kill_group, upstream_args
 
 SCRIPT = "plan_mode_guard.json"
+
+
+@pytest.fixture
+def flowproof(in_process_flowproof: InProcessFlowproof) -> InProcessFlowproof:
+    """What these tests check is the MCP boundary, not the runner's process: each run is the
+    command line in this process, on the worker's kept proxies."""
+    return in_process_flowproof
 
 #: The plan-mode agent in write mode, asserting that it DID export: the export is answered by flowproof.
 WRITE_SPEC = """\
@@ -67,6 +74,9 @@ class McpServer:
             except subprocess.TimeoutExpired:
                 kill_group(self.process.pid)
                 self.process.wait(timeout=5)
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()  # left to the garbage collector, each is a ResourceWarning
 
 
 @pytest.fixture

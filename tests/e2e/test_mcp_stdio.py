@@ -17,7 +17,15 @@ import pytest
 
 from flowproof.testing import FakeModelServer
 
-from .conftest import Flowproof, upstream_args
+from .conftest import Flowproof, InProcessFlowproof, upstream_args
+
+
+@pytest.fixture
+def flowproof(in_process_flowproof: InProcessFlowproof) -> InProcessFlowproof:
+    """These tests are about what a flow does, not the runner's process: each run is the
+    command line in this process, on the worker's kept proxies (tests/e2e/conftest.py)."""
+    return in_process_flowproof
+
 
 SPEC = """\
 name: write mode over stdio

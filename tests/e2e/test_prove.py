@@ -23,7 +23,15 @@ import pytest
 
 from flowproof.testing import FakeModelServer, Reply
 
-from .conftest import AGENTS, Flowproof, Ran, upstream_args, write_spec
+from .conftest import AGENTS, Flowproof, InProcessFlowproof, Ran, upstream_args, write_spec
+
+
+@pytest.fixture
+def flowproof(in_process_flowproof: InProcessFlowproof) -> InProcessFlowproof:
+    """These tests are about what a flow does, not the runner's process: each run is the
+    command line in this process, on the worker's kept proxies (tests/e2e/conftest.py)."""
+    return in_process_flowproof
+
 
 Fake = Callable[..., FakeModelServer]
 

@@ -8,5 +8,6 @@ from tests.e2e.conftest import (  # noqa: F401  (fixtures are found by name)
     examples,
     fake_model,
     flowproof,
+    flowproof_ca,
     no_process_left_behind,
 )

@@ -26,6 +26,9 @@ def cleanup(process: subprocess.Popen[bytes], inside: Path) -> None:
     """Stop whatever a failed test left (the runner's group, then anything inside ``inside``)."""
     kill_group(process.pid)
     process.wait(timeout=10)
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()  # left to the collector, each is a ResourceWarning
     for line in processes_inside(inside):
         kill_group(int(line.split(":", 1)[0]))
 

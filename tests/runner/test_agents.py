@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
 import threading
 import time
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -63,6 +65,16 @@ class TestCommandAgent:
         """Without a placeholder the prompt is written to stdin, which is then closed."""
         run = run_command_agent("cat", prompts=["hello agent"], env=ENV, cwd=tmp_path, timeout=10)
         assert run.returncode == 0 and run.stdout == "hello agent\n"
+
+    def test_the_agents_pipes_are_closed_when_it_returns(self, tmp_path: Path) -> None:
+        """stdout and stderr are closed once read to the end, never left to the garbage collector
+        (each would be a ResourceWarning in a process that runs many agents, such as pytest)."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            run = run_command_agent("echo out; echo err >&2", prompts=[], env=ENV, cwd=tmp_path, timeout=10)
+            gc.collect()
+        assert (run.stdout, run.stderr) == ("out\n", "err\n")
+        assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
 
     def test_the_agents_exit_is_seen_when_it_happens_not_at_the_next_poll(self, tmp_path: Path) -> None:
         """Between its looks at the event log the runner waits on the agent itself: an agent

@@ -40,6 +40,7 @@ class TestCassetteLock:
         finally:
             holder.kill()
             holder.wait()
+            holder.stdout.close()  # type: ignore[union-attr]
         with cassette_lock(cassette):
             pass
 

@@ -105,6 +105,28 @@ def proxies() -> Iterator[Callable[..., FakeProxy]]:
         proxy.close()
 
 
+#: The stand-ins the running test started: their pipes are closed after it.
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_standins() -> Iterator[None]:
+    """Every stand-in's pipes are closed after its test (left to the collector, each is a
+    ResourceWarning); one still running is killed first."""
+    yield
+    while _STARTED:
+        process = _STARTED.pop()
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+
+
 def standin(tmp_path: Path, proxy: FakeProxy, command: list[str] | None, **popen: Any) -> subprocess.Popen[bytes]:
     """The stand-in started the way its launcher starts it: ``python -I script SESSION``, here
     with an empty environment (MCP clients pass servers little more than PATH)."""
@@ -113,10 +135,12 @@ def standin(tmp_path: Path, proxy: FakeProxy, command: list[str] | None, **popen
     if command is not None:
         config["command"] = command
     session.write_text(json.dumps(config), encoding="utf-8")
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-I", str(STANDIN_SCRIPT), str(session)], env={}, cwd=tmp_path,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen,
     )
+    _STARTED.append(process)
+    return process
 
 
 def read_lines(stream: Any, count: int, timeout: float = 10.0) -> list[bytes]:
@@ -240,6 +264,7 @@ class TestTheServerProcess:
         server, grandchild = map(int, pids.read_text().split())
         os.kill(agent.pid, signal.SIGKILL)
         agent.wait(timeout=5)
+        agent.stdout.close()
         assert wait_gone(stand_in, server, grandchild, timeout=10), "something outlived the agent"
 
     def test_a_server_that_exits_while_the_agent_is_connected_is_reported(

@@ -47,6 +47,15 @@ class TestCertificate:
             faults = server.faults
         assert faults == []
 
+    def test_the_certificate_folder_goes_with_the_server_and_a_restart_makes_a_new_one(self) -> None:
+        """stop() removes the certificate's folder (it used to wait for the garbage collector)."""
+        server = FakeModelServer(tls=True).start()
+        first = server.cert_file
+        server.stop()
+        assert not first.parent.exists()
+        with server:
+            assert server.cert_file.is_file() and server.cert_file != first
+
     def test_a_plain_server_has_no_certificate(self) -> None:
         """cert_file is only there with tls=True."""
         with FakeModelServer() as server, pytest.raises(RuntimeError, match="tls=True"):
