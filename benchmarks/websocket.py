@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import ssl
 import statistics
 import subprocess
@@ -82,8 +81,8 @@ def run_turns(client: openai.OpenAI, turns: int, options: dict[str, Any]) -> tup
         return time.perf_counter() - started, frames
 
 
-class AddonProxy:
-    """mitmdump with flowproof's addon, ready when its event log says so."""
+class AddonProxy(Mitmdump):
+    """mitmdump with flowproof's addon, ready when its event log says so (stopped as `Mitmdump` is)."""
 
     def __init__(self, tmp: Path, confdir: Path, *options: str) -> None:
         self.report = tmp / "events.jsonl"
@@ -108,19 +107,6 @@ class AddonProxy:
                 raise SystemExit(f"mitmdump with the addon exited {self.proc.returncode}")
             time.sleep(0.02)
         raise SystemExit("mitmdump with the addon did not get ready in 60 s")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 server.set_script([Reply.text(answer)] * args.turns)
                 seconds, frames = run_turns(direct, args.turns, {})
                 return seconds, 0.0, frames
-            proxy: Mitmdump | AddonProxy
+            proxy: Mitmdump
             if peer == "mitm-pass":
                 server.set_script([Reply.text(answer)] * args.turns)
                 proxy = Mitmdump(tmp, confdir, "-s", str(PEER_SCRIPT), "--set", f"bench_upstream={server.url}")
