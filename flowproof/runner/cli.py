@@ -399,37 +399,25 @@ def run_command(
         # Imported here: the JUnit, HTML and Markdown writers (xml.etree, html) are 10-25 ms of
         # every run's start (python -X importtime), and only these flags use them.
         from flowproof.report.files import write_html, write_junit, write_markdown
-    if junit is not None:
-        try:
-            write_junit(results, junit, secrets=secrets)
-        except OSError as e:
-            click.echo(
-                f"{_program()}: cannot write the JUnit report to {junit} ({e.strerror or e}) — "
-                "choose a writable --junit path",
-                err=True,
-            )
-            code = max(code, EXIT_USAGE)
-    if html_path is not None:
-        try:
-            write_html(results, html_path, secrets=secrets)
-        except OSError as e:
-            click.echo(
-                f"{_program()}: cannot write the HTML report to {html_path} ({e.strerror or e}) — "
-                "choose a writable --html path",
-                err=True,
-            )
-            code = max(code, EXIT_USAGE)
-    if markdown_path is not None:
-        try:
-            write_markdown(results, markdown_path, secrets=secrets,
-                           step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
-        except OSError as e:
-            click.echo(
-                f"{_program()}: cannot write the Markdown report to {markdown_path} ({e.strerror or e}) — "
-                "choose a writable --markdown path",
-                err=True,
-            )
-            code = max(code, EXIT_USAGE)
+        reports: tuple[tuple[str, str, Path | None, Callable[[Path], None]], ...] = (
+            ("JUnit", "--junit", junit, lambda path: write_junit(results, path, secrets=secrets)),
+            ("HTML", "--html", html_path, lambda path: write_html(results, path, secrets=secrets)),
+            ("Markdown", "--markdown", markdown_path,
+             lambda path: write_markdown(results, path, secrets=secrets,
+                                         step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))),
+        )
+        for label, flag, path, write in reports:
+            if path is None:
+                continue
+            try:
+                write(path)
+            except OSError as e:
+                click.echo(
+                    f"{_program()}: cannot write the {label} report to {path} ({e.strerror or e}) — "
+                    f"choose a writable {flag} path",
+                    err=True,
+                )
+                code = max(code, EXIT_USAGE)
     if otel:
         from flowproof.runner.otel import export_runs
 
