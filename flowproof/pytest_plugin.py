@@ -28,6 +28,9 @@ from typing import Any
 
 import pytest
 
+# Private to pytest, and the only shapes xdist carries intact: see failure_repr.
+from _pytest._code.code import ReprExceptionInfo, ReprFileLocation, ReprTracebackNative
+
 from flowproof.advice import record_under_pytest
 from flowproof.errors import EXIT_USAGE, FlowFailure, FlowproofError, OtelError
 from flowproof.options import Mode, Route, host_settings
@@ -220,11 +223,27 @@ class FlowItem(pytest.Item):
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
     ) -> str | Any:
         if isinstance(excinfo.value, FlowFailure):
-            return excinfo.value.report
+            return failure_repr(excinfo.value.report, self.path, 0)
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"flow: {self.name}"
+
+
+def failure_repr(report: str, path: Path | str, lineno: int) -> ReprExceptionInfo:
+    """A failed flow as pytest shows it: the whole report in the failure section, and only its
+    headline in the short summary. A plain string would be both, and pytest prints the short
+    summary unabridged on CI or at -vv, so the report (and its advice) would appear twice.
+
+    pytest's repr classes, not a TerminalRepr of our own, because xdist serializes only
+    these back to the controller; anything else arrives as one string again.
+    """
+    headline = report.splitlines()[0] if report else "flow failed"
+    lines = [line + "\n" for line in report.splitlines()]
+    return ReprExceptionInfo(
+        reprtraceback=ReprTracebackNative(lines),
+        reprcrash=ReprFileLocation(str(path), lineno, headline),
+    )
 
 
 def export_spans(result: FlowResult, report: str) -> None:
@@ -394,7 +413,8 @@ def pytest_runtest_makereport(
         # flowproof's own words, not a traceback through the plugin.
         error = call.excinfo.value
         if isinstance(error, FlowFailure):
-            report.longrepr = error.report
+            path, lineno, _ = item.location
+            report.longrepr = failure_repr(error.report, path, (lineno or 0) + 1)
         elif isinstance(error, FlowproofError):
             report.longrepr = str(error)
     return report

@@ -187,10 +187,14 @@ class TestRecordThenReplay:
     ) -> None:
         kept = copy_cassette(recorded, agent_tests)
         monkeypatch.setenv("FP_PROMPT", "Book KQ999")
+        # On CI pytest prints the short summary unabridged: it must stay the report's headline.
+        monkeypatch.setenv("CI", "true")
         res = pytester.runpytest()
         res.assert_outcomes(failed=1)
         text = res.stdout.str()
         assert "replay divergence" in text
+        summary = text.split("short test summary info", 1)[1].splitlines()[1]
+        assert summary == "FAILED test_agent.py::test_books - ✗ test_agent.py::test_books [replay] — replay divergence"
         assert 'recorded "Book KQ311", replayed "Book KQ999"' in text
         # The advice is the pytest command that records this test, not a bare mitmdump line.
         assert "re-record with: pytest test_agent.py::test_books --flowproof-mode record" in text
