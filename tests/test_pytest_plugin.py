@@ -99,41 +99,40 @@ class TestRun:
         for noise in ("Traceback", "def runtest", "FlowFailure", "pytest_plugin.py"):
             assert noise not in failure
 
-    def test_a_divergence_says_to_record_again_through_pytest(
-        self, pytester: pytest.Pytester, flows: Path, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """The record command is data the report is rendered with: under pytest, pytest's own."""
+    @staticmethod
+    def _diverging_run(pytester: pytest.Pytester, flows: Path, monkeypatch: pytest.MonkeyPatch,
+                       *args: str) -> str:
+        """One flow whose replay diverges on the model, run on CI (where pytest prints the short
+        summary unabridged); its output, after checking the summary is the report's headline."""
         make_good_only(flows)
         events = [{"event": "request_started", "id": "1"}, divergence_event("1", "model", "gpt-4o", "gpt-4.1")]
         monkeypatch.setenv("FAKE_FLOWPROOF_SCRIPT", str(write_script(pytester.path / "div.json", events=events)))
-        # On CI pytest prints the short summary unabridged: the advice must still be given once.
         monkeypatch.setenv("CI", "true")
-        res = pytester.runpytest("specs", "-v")
+        res = pytester.runpytest("specs", *args)
         res.assert_outcomes(failed=1)
-        command = "pytest 'specs/nested/good.flow.yaml::Booking assistant books a flight' --flowproof-mode record"
         text = res.stdout.str()
-        assert f"re-record with: {command}" in text and text.count(command) == 1
-        assert "flowproof-run" not in text
         summary = text.split("short test summary info", 1)[1].splitlines()[1:3]
         assert summary[0].endswith(" - ✗ Booking assistant books a flight [replay] — replay divergence")
         assert summary[1].startswith("=====")
+        return text
+
+    def test_a_divergence_says_to_record_again_through_pytest(
+        self, pytester: pytest.Pytester, flows: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The record command is data the report is rendered with: under pytest, pytest's own,
+        given once even where the short summary is printed in full."""
+        text = self._diverging_run(pytester, flows, monkeypatch, "-v")
+        command = "pytest 'specs/nested/good.flow.yaml::Booking assistant books a flight' --flowproof-mode record"
+        assert f"re-record with: {command}" in text and text.count(command) == 1
+        assert "flowproof-run" not in text
 
     def test_under_xdist_the_short_summary_is_the_headline_too(
         self, pytester: pytest.Pytester, flows: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A worker's report reaches the controller serialized: the headline must survive that."""
-        make_good_only(flows)
-        events = [{"event": "request_started", "id": "1"}, divergence_event("1", "model", "gpt-4o", "gpt-4.1")]
-        monkeypatch.setenv("FAKE_FLOWPROOF_SCRIPT", str(write_script(pytester.path / "div.json", events=events)))
-        monkeypatch.setenv("CI", "true")
-        res = pytester.runpytest("specs", "-n", "1", "-p", "xdist")
-        res.assert_outcomes(failed=1)
-        text = res.stdout.str()
+        text = self._diverging_run(pytester, flows, monkeypatch, "-n", "1", "-p", "xdist")
         assert text.count("--flowproof-mode record") == 1
         assert "model: recorded gpt-4o, replayed gpt-4.1" in text
-        summary = text.split("short test summary info", 1)[1].splitlines()[1:3]
-        assert summary[0].endswith(" - ✗ Booking assistant books a flight [replay] — replay divergence")
-        assert summary[1].startswith("=====")
 
     def test_a_missing_cassette_says_to_record_it_through_pytest(
         self, pytester: pytest.Pytester, flows: Path
