@@ -37,26 +37,29 @@ class TestHttp2:
 
     def test_streams_on_one_connection_are_answered_concurrently(self) -> None:
         """Concurrent h2 calls are served side by side: a slow one does not hold up a fast one."""
-        script = Reply.text("slow", first_byte_delay=1.0)
+        # The slow answer waits well past what a fast call takes even on a loaded machine, and
+        # the check is that the slow call was still in flight when the fast one came back: an
+        # ordering of two finish times alone failed under load when the fast call took 0.7 s.
+        slow_delay = 2.5
+        script = Reply.text("slow", first_byte_delay=slow_delay)
         with FakeModelServer([script], lanes={"fast": [Reply.text("fast")] * 2}, tls=True) as server:
             client, http = h2_openai(server)
             with http:
-                done: dict[str, float] = {}
-
                 def call(system: str) -> None:
                     client.chat.completions.create(model="m", messages=[{"role": "system", "content": system}])
-                    done[system] = time.monotonic() - started
 
-                started = time.monotonic()
                 call("fast")  # the connection is up (and known to be h2) before the slow call starts
                 slow = threading.Thread(target=call, args=("slow",))
                 started = time.monotonic()
                 slow.start()
                 time.sleep(0.3)
                 call("fast")
+                slow_in_flight = slow.is_alive()
+                fast_done = time.monotonic() - started
                 slow.join(timeout=10)
             exchanges = server.wait_settled()
-        assert done["fast"] < done["slow"]
+        assert slow_in_flight, f"the fast call came back only after the slow one ({fast_done:.2f} s)"
+        assert fast_done < slow_delay
         assert {e.request.http_version for e in exchanges} == {"HTTP/2"}
 
     def test_large_body_respects_flow_control(self) -> None:
