@@ -302,8 +302,12 @@ class Progress:
         with self._lock:
             watches = list(self._watches)
         running = [w for w in watches if not w.finished]
-        if self.total <= 1:
-            text = running[0].status(now) if running else ""
+        if not running:
+            # Between flows, or after the last one and before the summary: a line of counts
+            # alone would say nothing the summary does not say next.
+            text = ""
+        elif self.total <= 1:
+            text = running[0].status(now)
         else:
             done = len(watches) - len(running)
             text = f"[{done}/{self.total} done] " + " · ".join(w.short(now) for w in running)

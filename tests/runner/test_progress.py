@@ -237,6 +237,13 @@ class TestProgress:
         assert progress.line(second.started + 2) == "[1/3 done] refund 2 calls 2s"
         assert [c["flow"] for c in capture] == ["refund", "refund"]
 
+    def test_no_line_while_no_flow_is_running(self) -> None:
+        """Between flows (or after the last) there is nothing to draw, not a bare count."""
+        progress = Progress(total=3, columns=lambda: 200)
+        progress.watch(Path("a.flow.yaml"), "booking", ["Book"]).finish()
+        progress.watch(Path("b.flow.yaml"), "refund", ["Refund"]).finish()
+        assert progress.line() == ""
+
     def test_the_line_fits_the_terminal(self) -> None:
         progress = Progress(total=1, columns=lambda: 30)
         progress.watch(Path("b.flow.yaml"), "booking", ["Book me a flight to Nairobi tomorrow"])
