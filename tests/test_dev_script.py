@@ -167,13 +167,16 @@ class TestOtherJobs:
         assert lines[0] == "dev: installing flowproof with its dev extra (ruff, mypy) into .venv (first run only)"
 
     def test_test_runs_the_suite_on_every_core_without_the_real_agents(self, checkout: Path) -> None:
-        """`./dev test` alone is the README's test command: xdist on every core, the real coding
-        agents deselected (their own lane, as .ci/run runs it); any argument replaces that."""
+        """`./dev test` alone is the README's test command: xdist with three workers per two
+        cores, the real coding agents deselected (their own lane, as .ci/run runs it); any
+        argument replaces that."""
         (checkout / ".venv/bin").mkdir(parents=True)
         shutil.copy(checkout.parent / "stubs" / "python3.13", checkout / ".venv/bin" / "python")
+        cores = len(os.sched_getaffinity(0))
         lines, calls = dev(checkout, "test")
-        assert calls[-1] == "python -m pytest -n auto --dist worksteal -m not real_agent"
-        assert lines[-1].startswith("dev: running the suite on ")
+        assert calls[-1] == f"python -m pytest -n {cores + cores // 2} --dist worksteal -m not real_agent"
+        assert lines[-1] == (f"dev: running the suite in {cores + cores // 2} workers on {cores} core(s) "
+                             "(the real agents: ./dev test -m real_agent)")
         _, calls = dev(checkout, "test", "-m", "real_agent")
         assert calls[-1] == "python -m pytest -m real_agent"
 
