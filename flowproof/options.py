@@ -30,6 +30,7 @@ refused at an entry point.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -67,6 +68,7 @@ __all__ = [
     "parse_extra_host",
     "parse_upstream",
     "parse_upstreams",
+    "python_path",
     "set_args",
     "to_json",
     "to_values",
@@ -254,6 +256,10 @@ class ProxyOptions:
     #: The ``mcp:`` servers the agent launches over stdio (``command:``): their stand-ins'
     #: relay requests are answered (docs/mcp.md, "MCP over stdio").
     mcp_stdio: tuple[str, ...] = ()
+    #: Where the runner's Python finds modules beyond the proxy's own (its PYTHONPATH, made
+    #: absolute): a warm proxy, started by an earlier run, imports this flow's compare handler
+    #: from there too.
+    handler_path: tuple[str, ...] = ()
     #: The flow's listeners as mitmproxy mode specs (``regular``, ``reverse:https://api.openai.com``,
     #: ``regular@8080``); one without ``@PORT`` gets a free port.
     listeners: tuple[str, ...] = ("regular",)
@@ -323,6 +329,13 @@ def with_spec(options: ProxyOptions, spec: FlowSpec, *, cwd: str, home: str | No
         cwd=options.cwd or agent_cwd,
         home=options.home or home,
     )
+
+
+def python_path(environ: Mapping[str, str], cwd: str) -> tuple[str, ...]:
+    """The folders of ``environ``'s PYTHONPATH, made absolute against ``cwd`` (a warm proxy
+    runs elsewhere), for `ProxyOptions.handler_path`."""
+    entries = environ.get("PYTHONPATH", "").split(os.pathsep)
+    return tuple(os.path.normpath(os.path.join(cwd, entry)) for entry in entries if entry)
 
 
 def base_url_ports(proxy_port: int) -> dict[str, int]:
@@ -581,6 +594,7 @@ def to_json(options: ProxyOptions) -> dict[str, Any]:
         mcp_answers={name: dict(answers) for name, answers in options.mcp_answers.items()},
         secrets=[{"label": s.label, "value": s.value, "placeholder": s.placeholder} for s in options.secrets],
         mcp_stdio=list(options.mcp_stdio),
+        handler_path=list(options.handler_path),
         listeners=list(options.listeners),
     )
     return out
@@ -599,12 +613,13 @@ def from_json(obj: object) -> ProxyOptions:
         secrets = tuple(Secret(str(d["label"]), str(d["value"]), str(d["placeholder"]))
                         for d in obj.get("secrets") or ())
         mcp_stdio = _strings(obj.get("mcp_stdio", []))
+        handler_path = _strings(obj.get("handler_path", []))
     except (KeyError, TypeError, ValueError, re.error) as e:
         raise ValueError(f"a session's resolved options are malformed ({type(e).__name__}: {e})") from None
     if not listeners:
         raise ValueError("a session needs at least one listener")
     return replace(options, listeners=listeners, volatile=volatile, tool_results=tool_results,
-                   mcp_answers=mcp_answers, secrets=secrets, mcp_stdio=mcp_stdio)
+                   mcp_answers=mcp_answers, secrets=secrets, mcp_stdio=mcp_stdio, handler_path=handler_path)
 
 
 # ------------------------------------------------------------------ settings from the environment

@@ -4,6 +4,7 @@ session request's round trip, and the settings every entry point reads from the 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -30,6 +31,7 @@ from flowproof.options import (
     parse_extra_host,
     parse_upstream,
     parse_upstreams,
+    python_path,
     set_args,
     to_json,
     to_values,
@@ -216,6 +218,7 @@ def full_options(tmp_path: Path) -> ProxyOptions:
         report=tmp_path / "events.jsonl",
         mcp=(parse_route("files=http://127.0.0.1:8931/mcp"),),
         listeners=listeners_for(Route.BASE_URL, more=["reverse:http://127.0.0.1:8931@40001"]),
+        handler_path=("/srv/app/checks",),
     )
     return with_spec(base, spec, cwd="/ignored", home="/home/u")
 
@@ -228,7 +231,16 @@ class TestRoundTrip:
         assert [(s.label, s.placeholder) for s in options.secrets] == [("${TOKEN}", "«secret:TOKEN»")]
         assert options.mcp_stdio == ("notes",)
         assert options.compare_handler == "mod:fn" and options.cwd == "/srv/app"
+        assert options.handler_path == ("/srv/app/checks",)
         assert from_json(json.loads(json.dumps(to_json(options)))) == options
+
+
+class TestPythonPath:
+    def test_the_folders_of_pythonpath_made_absolute_empty_ones_dropped(self) -> None:
+        """A warm proxy runs in another folder: relative PYTHONPATH entries are the run's."""
+        environ = {"PYTHONPATH": os.pathsep.join(["src", "", "/opt/lib/", "../common"])}
+        assert python_path(environ, "/srv/app") == ("/srv/app/src", "/opt/lib", "/srv/common")
+        assert python_path({}, "/srv/app") == ()
 
     def test_mitmproxy_values_read_back_equal_minus_the_resolved_data(self, tmp_path: Path) -> None:
         options = full_options(tmp_path)

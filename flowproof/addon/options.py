@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Mapping
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,15 +34,27 @@ __all__ = ["AddonConfig", "CompareHandler", "load_handler", "options_by_hand"]
 CompareHandler = Callable[["CompareResult"], object]
 
 
-def load_handler(value: str) -> CompareHandler:
-    """Import ``module:function`` and return the callable; ``ValueError`` says what is wrong."""
+# sys.path is the process's: flows of a warm proxy build their options on threads of their own.
+_IMPORT_LOCK = threading.Lock()
+
+
+def load_handler(value: str, search: Sequence[str] = ()) -> CompareHandler:
+    """Import ``module:function`` and return the callable, looking in the folders of
+    ``search`` first (the run's PYTHONPATH: a warm proxy's own is that of the run that
+    started it); ``ValueError`` says what is wrong."""
     module_name, sep, attr = value.partition(":")
     if not sep or not module_name.strip() or not attr.strip():
         raise ValueError("expected module:function, e.g. mypkg.checks:on_compare")
-    try:
-        module = importlib.import_module(module_name.strip())
-    except ImportError as e:
-        raise ValueError(f"cannot import module {module_name!r} ({e})") from None
+    with _IMPORT_LOCK:
+        added = [entry for entry in dict.fromkeys(search) if entry not in sys.path]
+        sys.path[:0] = added
+        try:
+            module = importlib.import_module(module_name.strip())
+        except ImportError as e:
+            raise ValueError(f"cannot import module {module_name!r} ({e})") from None
+        finally:
+            for entry in added:
+                sys.path.remove(entry)
     target: Any = module
     for part in attr.strip().split("."):
         try:
@@ -68,7 +82,7 @@ class AddonConfig:
         handler: CompareHandler | None = None
         if options.compare_handler:
             try:
-                handler = load_handler(options.compare_handler)
+                handler = load_handler(options.compare_handler, options.handler_path)
             except ValueError as e:
                 raise ValueError(f"flowproof_compare_handler {options.compare_handler!r}: {e}") from None
         normalizer = Normalizer(options.volatile, cwd=options.cwd, home=options.home,

@@ -33,7 +33,17 @@ from flowproof.errors import (
     Interrupted,
 )
 from flowproof.log_events import parse_events
-from flowproof.options import Mode, ProxyOptions, Route, Transport, Upstream, choose, listeners_for, with_spec
+from flowproof.options import (
+    Mode,
+    ProxyOptions,
+    Route,
+    Transport,
+    Upstream,
+    choose,
+    listeners_for,
+    python_path,
+    with_spec,
+)
 from flowproof.runner.agents import AgentRun, EventSource, run_command_agent, run_url_agent
 from flowproof.runner.env import (
     CAFiles,
@@ -243,6 +253,7 @@ def _run(spec_path: Path, options: RunOptions, command: str) -> FlowResult:
                     extra_hosts=tuple(options.extra_hosts),
                     route=route,
                     compare_handler=options.compare_handler or "",
+                    handler_path=python_path(environ, str(Path.cwd())),
                     transport=Transport(options.transport or Transport.AUTO.value),
                     mcp=tuple(item.route for item in listeners),
                     listeners=listeners_for(route, options.proxy_port, reverse_listeners(listeners)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,18 @@ class TestLoadHandler:
         """A malformed, missing or non-callable handler raises ValueError."""
         with pytest.raises(ValueError):
             load_handler(value)
+
+    def test_a_module_found_only_on_the_run_s_path_is_imported_and_the_path_restored(
+        self, tmp_path: Path
+    ) -> None:
+        """A warm proxy's sys.path is that of the run that started it: a later run's handler
+        is looked for in the folders that run gives (its PYTHONPATH), which stay its own."""
+        (tmp_path / "later_run_checks.py").write_text("def on_compare(result):\n    return None\n")
+        before = list(sys.path)
+        with pytest.raises(ValueError, match="cannot import module 'later_run_checks'"):
+            load_handler("later_run_checks:on_compare")
+        handler = load_handler("later_run_checks:on_compare", [str(tmp_path)])
+        assert handler.__module__ == "later_run_checks" and sys.path == before
 
 
 class TestAddonConfig:

@@ -231,30 +231,30 @@ class TestTitleThread:
 
 
 HANDLER = '''
-import json, os
+import json
+from pathlib import Path
 
 
 def on_compare(result):
-    with open(os.environ["FP_SEEN"], "a", encoding="utf-8") as fh:
+    with open(Path(__file__).with_name("seen.jsonl"), "a", encoding="utf-8") as fh:
         fh.write(json.dumps(result.to_json()) + "\\n")
 '''
 
 
-def test_a_handler_receives_every_result_and_decides(
-    tmp_path: Path, subprocess_flowproof: Flowproof, model: Any
-) -> None:
-    """Equal, drifted, extra and missing results all reach the handler, which accepts them: exit 0."""
-    # The handler is imported in the proxy from the run's PYTHONPATH: a proxy of its own.
-    flowproof = subprocess_flowproof
+def test_a_handler_receives_every_result_and_decides(tmp_path: Path, flowproof: Flowproof, model: Any) -> None:
+    """Equal, drifted, extra and missing results all reach the handler, which accepts them: exit 0.
+
+    The handler is on the run's PYTHONPATH only, and the worker's kept proxy may have been
+    started by an earlier test: it is imported from the folders the run names."""
     (tmp_path / "compare_checks.py").write_text(HANDLER)
+    seen = tmp_path / "seen.jsonl"
     path = spec(tmp_path, "openai-chat", False, title=True, handler="compare_checks:on_compare")
-    record(flowproof, model, path, title=[Reply.text("Booking KQ311 for two")], PYTHONPATH=str(tmp_path),
-           FP_SEEN=str(tmp_path / "recording.jsonl"))
+    record(flowproof, model, path, title=[Reply.text("Booking KQ311 for two")], PYTHONPATH=str(tmp_path))
+    assert not seen.exists()  # a record compares nothing
     # Live: no title call this time (missing), and one more tool round (drift, then extra).
     path.write_text(path.read_text().replace("FP_TITLE: '1'", "FP_TITLE: '0'"))
     server = model([RECORDED[0], RECORDED[0], RECORDED[1]], live=LIVE_SEED)
-    seen = tmp_path / "seen.jsonl"
-    ran = compare(flowproof, server, path, "--json", PYTHONPATH=str(tmp_path), FP_SEEN=str(seen))
+    ran = compare(flowproof, server, path, "--json", PYTHONPATH=str(tmp_path))
     assert ran.code == 0, ran.output
     got = [json.loads(line) for line in seen.read_text().splitlines()]
     assert [(r["kind"], r["equal"]) for r in got] == [

@@ -252,6 +252,19 @@ class TestOneProxyManyFlows:
             assert kinds(session.options.report).count("divergence") == 1
         assert pool.starts == 1
 
+    def test_a_compare_handler_is_imported_from_the_flow_s_path_not_the_proxy_s(
+        self, tmp_path: Path, ca_dir: Path, pool: ProxyPool
+    ) -> None:
+        """The proxy outlives the run that started it: a later flow's handler, on that flow's
+        PYTHONPATH only, is imported from the folders its session request names."""
+        (tmp_path / "warm_checks.py").write_text("def on_compare(result):\n    return None\n")
+        handler = {"mode": Mode.COMPARE, "compare_handler": "warm_checks:on_compare"}
+        with pytest.raises(ProxyError, match="cannot import module 'warm_checks'"):
+            pool.open(options(tmp_path, "alone", **handler), ca_dir)
+        session = pool.open(options(tmp_path, "a", handler_path=(str(tmp_path),), **handler), ca_dir)
+        session.stop()
+        assert kinds(session.options.report)[-1] == "done" and pool.starts == 1
+
     def test_a_fixed_port_is_reused_by_the_next_flow(self, tmp_path: Path, ca_dir: Path, pool: ProxyPool) -> None:
         """An agent started by hand keeps its port (--proxy-port N) across the flows of a run."""
         port = free_port()
