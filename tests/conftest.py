@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import tracemalloc
 from collections.abc import Iterator
 
 import pytest
 import structlog
 
 from tests.cassette_schema import cassette_problems
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """``FLOWPROOF_TEST_TRACEMALLOC=N`` traces allocations (N frames) while the tests run, in
+    the test processes only (not in the agents and proxies they start, as PYTHONTRACEMALLOC
+    would; nor while collecting, which it slows tenfold), so a leaked socket's
+    ResourceWarning says where the socket was made."""
+    frames = os.environ.get("FLOWPROOF_TEST_TRACEMALLOC", "")
+    if frames.isdigit() and int(frames) > 0:
+        tracemalloc.start(int(frames))
 
 
 @pytest.fixture(autouse=True)

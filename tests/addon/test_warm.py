@@ -192,17 +192,24 @@ class TestOneSessionCannotHoldAnother:
             def done(self) -> None:
                 done.append("done")
 
-        with taddons.context(Proxyserver()):
+        proxyserver = Proxyserver()
+        with taddons.context(proxyserver) as tctx:
+            # Closing a session sets the proxy's servers up again for the modes left: the
+            # base listener, which must be on 127.0.0.1 (a free port) and stopped with the test.
+            tctx.configure(proxyserver, listen_host="127.0.0.1", listen_port=0)
             session = Session(1, _Chain(tmp_path / "a.jsonl", Handler()), (), frozenset({5001}))  # type: ignore[arg-type]
             warm = router(tmp_path, session)
             flow = on_port(model_flow(chat_body()), 5001)
             stuck = asyncio.ensure_future(warm.response(flow))
             await asyncio.sleep(0.05)
             started = time.monotonic()
-            await asyncio.wait_for(warm._close(session, finish=True), 5)
-            took = time.monotonic() - started
-            release.set()
-            await asyncio.wait_for(stuck, 5)
+            try:
+                await asyncio.wait_for(warm._close(session, finish=True), 5)
+                took = time.monotonic() - started
+                release.set()
+                await asyncio.wait_for(stuck, 5)
+            finally:
+                await proxyserver.servers.update([])
         assert took < 2 and done == [] and session.closed
         [error] = [e for e in read_log(tmp_path / "a.jsonl") if e["event"] == "error"]
         assert "Handler.response hook was still running 0.2s after the agent finished" in error["text"]
