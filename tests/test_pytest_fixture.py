@@ -36,16 +36,18 @@ TOOLS = [{"type": "function", "function": {"name": "create_booking", "parameters
 
 
 def run_agent(prompt):
-    client = openai.OpenAI(max_retries=0)
-    # The client believes it talks to the real provider over HTTPS.
-    assert str(client.base_url).startswith("https://api.openai.com/")
-    messages = [{"role": "user", "content": prompt}]
-    first = client.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
-    call = first.choices[0].message.tool_calls[0]
-    messages.append(first.choices[0].message.model_dump(exclude_none=True))
-    messages.append({"role": "tool", "tool_call_id": call.id, "content": '{"booking": "B-1042"}'})
-    second = client.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
-    return second.choices[0].message.content
+    # The pytest running this file is in the outer test's process: the client is closed, not
+    # left with its socket to the garbage collector.
+    with openai.OpenAI(max_retries=0) as client:
+        # The client believes it talks to the real provider over HTTPS.
+        assert str(client.base_url).startswith("https://api.openai.com/")
+        messages = [{"role": "user", "content": prompt}]
+        first = client.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
+        call = first.choices[0].message.tool_calls[0]
+        messages.append(first.choices[0].message.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": '{"booking": "B-1042"}'})
+        second = client.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
+        return second.choices[0].message.content
 
 
 def test_books(flowproof_proxy):

@@ -19,16 +19,33 @@ from flowproof.testing import (
 MESSAGES: list[Any] = [{"role": "user", "content": "hi"}]
 
 
+#: The SDK clients made for the test running now, closed after it (tests/testing/conftest.py):
+#: a client left to the garbage collector leaks its pooled socket into whichever test runs then.
+OPEN_CLIENTS: list[Any] = []
+
+
 def openai_client(server: FakeModelServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="test-key", max_retries=0, timeout=10)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="test-key", max_retries=0, timeout=10)
+    OPEN_CLIENTS.append(client)
+    return client
 
 
 def anthropic_client(server: FakeModelServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key="test-key", max_retries=0, timeout=10)
+    client = anthropic.Anthropic(base_url=server.url, api_key="test-key", max_retries=0, timeout=10)
+    OPEN_CLIENTS.append(client)
+    return client
 
 
 def gemini_client(server: FakeModelServer) -> genai.Client:
-    return genai.Client(api_key="test-key", http_options=genai_types.HttpOptions(base_url=server.url))
+    client = genai.Client(api_key="test-key", http_options=genai_types.HttpOptions(base_url=server.url))
+    OPEN_CLIENTS.append(client)
+    return client
+
+
+def close_clients() -> None:
+    """Close every client `openai_client`, `anthropic_client` and `gemini_client` made."""
+    while OPEN_CLIENTS:
+        OPEN_CLIENTS.pop().close()
 
 
 def raw_post(server: FakeModelServer, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
