@@ -448,6 +448,8 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
     if args.quick:
         # A smoke run: every peer, both answer kinds and both client counts, in two columns.
         configs = [configs[0], configs[3]]
+    if args.only_ttfc:
+        configs = []
     samples: dict[str, dict[str, list[Sample]]] = {c.name: {p: [] for p in PEERS} for c in configs}
     ttfc: dict[str, list[Sample]] = {"floor": [], "mitm-tap": [], "fp-record": []}
     with tempfile.TemporaryDirectory(prefix="flowproof-bench-") as d, FakeModelServer() as server:
@@ -455,12 +457,16 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         for cfg in configs:
             log(f"recording the replay peers' cassettes for {cfg.name}")
             bench.prepare(cfg)
-        if not args.quick:
+        one_second = Reply.text(" ".join(f"w{i}" for i in range(10)), chunk_delay=0.1)
+        if args.only_ttfc:
+            log("warm-up")
+            for peer in ttfc:
+                bench.ttfc(peer, 1, one_second)
+        elif not args.quick:
             # Untimed warm-up of every process kind (file cache, .pyc files).
             log("warm-up")
             for peer in PEERS:
                 bench.run_peer(peer, configs[0])
-        one_second = Reply.text(" ".join(f"w{i}" for i in range(10)), chunk_delay=0.1)
         for r in range(args.rounds):
             for cfg in configs:
                 log(f"round {r + 1}/{args.rounds}: {cfg.name}")
@@ -497,7 +503,9 @@ def summarise(args: argparse.Namespace, configs: list[Config], samples: dict[str
         per_call[cfg.name] = col
     first = {peer: med([t for s in ttfc[peer] for t in s.ttfc_ms]) for peer in ttfc}
     whole = {peer: med([s.whole_s for s in ttfc[peer]]) for peer in ttfc}
-    return {"per_call": per_call, "ttfc_ms": first, "ttfc_whole_s": whole,
+    # Paired within each round, like x_floor: each process's median first chunk against the tap's.
+    paired = med([med(a.ttfc_ms) / med(b.ttfc_ms) for a, b in zip(ttfc["fp-record"], ttfc["mitm-tap"], strict=True)])
+    return {"per_call": per_call, "ttfc_ms": first, "ttfc_whole_s": whole, "ttfc_paired_ratio": paired,
             "ttfc_samples_ms": {p: [s.ttfc_ms for s in ttfc[p]] for p in ttfc}}
 
 
@@ -521,6 +529,22 @@ def render(args: argparse.Namespace, info: dict[str, Any], result: dict[str, Any
     lines.append("")
     per_call = result["per_call"]
     names = list(per_call)
+    if names:
+        lines.extend(render_per_call(per_call, names))
+    t = result["ttfc_ms"]
+    lines.append(f"time to first chunk, recorded 1-second stream (10 words 100 ms apart), {args.streams} per process, "
+                 f"median ms: direct {t['floor']:.1f}; mitmdump + stream tap {t['mitm-tap']:.1f}; "
+                 f"flowproof record {t['fp-record']:.1f}")
+    lines.append(f"  flowproof record / mitmdump stream tap: {ratio(t['fp-record'], t['mitm-tap'])} of the medians, "
+                 f"{result['ttfc_paired_ratio']:.2f}x paired per round (target <= 1.1x)")
+    if scaled is not None:
+        lines.append("")
+        lines.extend(scale.render(scaled))
+    return "\n".join(lines)
+
+
+def render_per_call(per_call: dict[str, dict[str, Any]], names: list[str]) -> list[str]:
+    lines: list[str] = []
     lines.append(f"{'per call, ms':32s}" + "".join(f"{n:>25s}" for n in names))
     lines.append(f"{'':32s}" + "".join(f"{'call':>9s}{'+floor':>9s}{'xfloor':>7s}" for _ in names))
     for peer in PEERS:
@@ -584,15 +608,7 @@ def render(args: argparse.Namespace, info: dict[str, Any], result: dict[str, Any
                  f"{fp['flow_s']:.2f} s, so {w['fp-proxy'] - fp['flow_s']:.2f} s outside the flow (interpreter, "
                  "imports, spec, report)")
     lines.append("")
-    t = result["ttfc_ms"]
-    lines.append(f"time to first chunk, recorded 1-second stream (10 words 100 ms apart), {args.streams} per process, "
-                 f"median ms: direct {t['floor']:.1f}; mitmdump + stream tap {t['mitm-tap']:.1f}; "
-                 f"flowproof record {t['fp-record']:.1f}")
-    lines.append(f"  flowproof record / mitmdump stream tap: {ratio(t['fp-record'], t['mitm-tap'])}")
-    if scaled is not None:
-        lines.append("")
-        lines.extend(scale.render(scaled))
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -607,11 +623,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also save every number and sample as JSON")
     parser.add_argument("--no-scale", action="store_true", help="skip the scale measurements")
     parser.add_argument("--only-scale", action="store_true", help="only the scale measurements")
+    parser.add_argument("--only-ttfc", action="store_true",
+                        help="only the time to first chunk at record (implies --no-scale)")
     args = parser.parse_args(argv)
     args.rounds = args.rounds or (1 if args.quick else 5)
     args.calls = args.calls or (10 if args.quick else 30)
     args.streams = args.streams or (1 if args.quick else 5)
     args.body_kb = 33
+    args.no_scale = args.no_scale or args.only_ttfc
     if min(args.rounds, args.calls, args.streams, args.concurrency) < 1:
         parser.error("--rounds, --calls, --streams and --concurrency must be at least 1")
 
