@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowproof.normalize import Normalizer
+from flowproof.normalize import PRESETS, Normalizer
 from flowproof.options import Mode, ProxyOptions, Route, Upstream, from_values, with_spec
 from flowproof.witness import Secret
 
@@ -122,6 +122,17 @@ class AddonConfig:
     def secrets(self) -> tuple[Secret, ...]:
         """The values of the spec's ``assert_no_secret_leak`` steps, scanned for in every request."""
         return self.options.secrets
+
+    @property
+    def runs_user_code(self) -> bool:
+        """True when a hook may run code the user wrote: the compare handler, or a volatile
+        pattern of the spec's own (a preset's patterns are flowproof's). A warm proxy runs such
+        a flow's hooks on the session's worker, so that code cannot hold the other flows
+        (`flowproof.addon.warm.Session.hook`)."""
+        if self.compare_handler is not None:
+            return True
+        ours = {rule for rules in PRESETS.values() for rule in rules}
+        return any(rule.pattern is not None and rule not in ours for rule in self.options.volatile)
 
     @property
     def compare_handler_name(self) -> str | None:

@@ -28,16 +28,22 @@ A connection that ends without ``close`` aborts its session: its listeners go,
 and nothing more is written (its runner gave up on the flow, and a recording
 written after the runner discarded the staging file would be left behind).
 
-mitmproxy runs every hook on one event loop, shared by all sessions. A flow's
-own work — hashing with its volatile rules, matching, assembling a recording,
-its compare handler (user code), writing its cassette — therefore runs on the
-session's own worker thread, one hook at a time and in the order mitmproxy
-delivered them, so a session's state needs no lock and no flow's work can hold
-another flow's session or this control server. (The WebSocket hooks keep that
-order but run on the loop, where mitmproxy injects replayed frames; their work
-per frame is a hash and a lookup, and a volatile pattern there is time-bounded.) A ``close`` waits at most `CLOSE_WAIT`
-for the work still queued (a handler that never returns); then the session is
-aborted with an ``error`` event saying what was still running.
+mitmproxy runs every hook on one event loop, shared by all sessions. A flow
+whose hooks may run code the user wrote — its compare handler, a volatile
+pattern of its spec's own (`AddonConfig.runs_user_code`) — therefore runs them
+on the session's own worker thread, one hook at a time and in the order
+mitmproxy delivered them, so a session's state needs no lock and no flow's
+work can hold another flow's session or this control server. Every other
+flow's hooks do only flowproof's own work (a hash, a lookup, assembling a
+recording: linear in the body, as in a single-flow proxy) and run on the loop
+itself while nothing of their session is queued: the trip to a worker and back
+was most of what a replayed call cost, and it delayed a recorded stream's first
+chunk. Writing the cassette (``done``) always runs on the worker. (The
+WebSocket hooks keep the order but run on the loop, where mitmproxy injects
+replayed frames; their work per frame is a hash and a lookup, and a volatile
+pattern there is time-bounded.) A ``close`` waits at most `CLOSE_WAIT` for the
+work still queued (a handler that never returns); then the session is aborted
+with an ``error`` event saying what was still running.
 """
 
 from __future__ import annotations
@@ -67,6 +73,9 @@ _MAX_LINE = 1 << 20
 _BIND_ATTEMPTS = 3
 #: Hooks a session runs on the event loop rather than its worker (see `Session.hook`).
 _ON_LOOP = frozenset({"websocket_start", "websocket_message", "websocket_end"})
+#: Hooks that run on the worker even in a session without user code: ``done`` writes the
+#: cassette (megabytes for a long recording), which must not stall the other sessions.
+_ON_WORKER = frozenset({"done"})
 #: How long a ``close`` waits for a session's queued work before aborting it: below the
 #: runner's own wait for the reply (`runner.proxy.FlowProxy.stop`, 10 s), so the runner
 #: hears why instead of giving the whole proxy up.
@@ -97,8 +106,18 @@ class Session:
     listen: list[Listener] = field(default_factory=list)
     #: The hook running on the worker right now (``Compare.response``), for the abort message.
     running: str | None = None
+    #: Every hook goes to the worker (a flow that may run user code), not only ``done``.
+    #: `WarmSessions` sets it from the flow's options; the default is the safe one.
+    offload: bool = True
     _worker: ThreadPoolExecutor | None = None
     _order: asyncio.Lock | None = None
+    #: Hooks waiting for or holding ``_order``: while any is, a new hook queues behind them.
+    _queued: int = 0
+
+    @classmethod
+    def of(cls, number: int, state: _State) -> Session:
+        """Session ``number`` for ``state``, on the worker only when its flow may run user code."""
+        return cls(number, state, offload=state.shared.config.runs_user_code)
 
     def run_hook(self, name: str, *args: object) -> None:
         """Invoke hook ``name`` on the session's chain in order, as mitmproxy would: one
@@ -136,18 +155,28 @@ class Session:
 
         A flow's hook that no child acts on (`idle`: a replayed call's ``responseheaders`` and
         ``response``, a host's second request) returns at once: the trip to the worker and
-        back is most of what such a hook would cost, and there is nothing to keep in order."""
+        back is most of what such a hook would cost, and there is nothing to keep in order.
+        In a session that runs no user code (not `offload`), a hook other than ``done`` runs
+        on the loop at once when nothing of the session is queued: it cannot overtake an
+        earlier hook, and it finishes before the loop serves anything else."""
         if args and self.idle(name, args[0]):
+            return
+        if not self.offload and name not in _ON_WORKER and self._queued == 0:
+            self.run_hook(name, *args)
             return
         if self._order is None:
             self._order = asyncio.Lock()
-        async with self._order:
-            if name in _ON_LOOP:
-                self.run_hook(name, *args)
-                return
-            if self._worker is None:
-                self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"flowproof-session-{self.number}")
-            await asyncio.get_running_loop().run_in_executor(self._worker, self.run_hook, name, *args)
+        self._queued += 1
+        try:
+            async with self._order:
+                if name in _ON_LOOP or (not self.offload and name not in _ON_WORKER):
+                    self.run_hook(name, *args)
+                    return
+                if self._worker is None:
+                    self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"flowproof-session-{self.number}")
+                await asyncio.get_running_loop().run_in_executor(self._worker, self.run_hook, name, *args)
+        finally:
+            self._queued -= 1
 
     async def drained(self, timeout: float) -> bool:
         """True once the hooks that arrived before now have run, False if they are still
@@ -339,7 +368,7 @@ class WarmSessions:
                 "open it on a proxy started for its mode"
             )
         self._numbers += 1
-        session = Session(self._numbers, state)
+        session = Session.of(self._numbers, state)
         try:
             await self._listen(session, list(options.listeners))
         except exceptions.OptionsError:

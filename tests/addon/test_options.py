@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -58,6 +59,29 @@ class TestAddonConfig:
     def test_a_bad_handler_names_the_option(self):
         with pytest.raises(ValueError, match="flowproof_compare_handler"):
             AddonConfig.build(options_by_hand({"flowproof_compare_handler": "no_such_mod_q:f"}))
+
+    def test_user_code_is_a_compare_handler_or_a_spec_s_own_pattern(self):
+        """What sends a warm session's hooks to its worker: code the user wrote. A preset's
+        patterns and a rule without a pattern (a whole value) are flowproof's own work."""
+        from flowproof.normalize import PRESETS
+        from flowproof.spec.types import Location, VolatileRule
+
+        def rule(pattern: str | None) -> VolatileRule:
+            return VolatileRule("stamp", "metadata.at", ("metadata", "at"),
+                                re.compile(pattern) if pattern else None, Location("s.yaml", 3, 5))
+
+        def user_code(**kw: object) -> bool:
+            return AddonConfig.build(ProxyOptions(**kw)).runs_user_code  # type: ignore[arg-type]
+
+        assert not user_code()
+        assert not user_code(volatile=tuple(r for rules in PRESETS.values() for r in rules))
+        assert not user_code(volatile=(rule(None),))
+        assert user_code(volatile=(rule(r"\d+"),))
+        assert user_code(compare_handler="json:dumps")
+        # Through the session request the runner sends (a JSON round trip), presets stay ours.
+        presets = ProxyOptions(volatile=PRESETS["claude-code"])
+        sent = json.loads(json.dumps(session_request(presets)))["options"]
+        assert not AddonConfig.build(from_json(sent)).runs_user_code
 
     def test_bad_route_is_refused(self):
         """An unknown route names the option and the valid values."""

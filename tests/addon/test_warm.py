@@ -316,6 +316,85 @@ class TestIdleHooksStayOnTheLoop:
         shared.events.close()
 
 
+def _threads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """(hook, thread name) of each hook that reached a session's chain, in order."""
+    seen: list[tuple[str, str]] = []
+    run_hook = Session.run_hook
+
+    def recorded(self: Session, name: str, *args: object) -> None:
+        seen.append((name, threading.current_thread().name))
+        run_hook(self, name, *args)
+
+    monkeypatch.setattr(Session, "run_hook", recorded)
+    return seen
+
+
+class TestUserCodeAloneGoesToTheWorker:
+    """A flow that runs no code of the user's does its hooks on the loop, as a single-flow
+    proxy does; a compare handler or a spec's own volatile pattern keeps them on the worker."""
+
+    async def test_a_replayed_call_never_leaves_the_loop(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        seen = _threads(monkeypatch)
+        loop_thread = threading.current_thread().name
+        with taddons.context():
+            cassette = write_cassette(tmp_path / "a.json", chat_turn(0, chat_body(), "one"))
+            session = Session.of(1, build_flow_state(ProxyOptions(cassette=cassette, report=tmp_path / "a.jsonl")))
+            flow = model_flow(chat_body())
+            for name in ("requestheaders", "request", "responseheaders", "response"):
+                await session.hook(name, flow)
+            assert flow.response is not None and b"one" in flow.response.content
+            await session.hook("done")
+            session.release()
+        assert seen[:2] == [("requestheaders", loop_thread), ("request", loop_thread)]
+        assert seen[2][0] == "done" and seen[2][1].startswith("flowproof-session-1")  # the cassette write
+        assert kinds(tmp_path / "a.jsonl") == ["egress", "request_started", "turn", "done"]
+
+    async def test_a_compare_handler_keeps_every_hook_on_the_worker(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        seen = _threads(monkeypatch)
+
+        class Asked:
+            def request(self, flow: http.HTTPFlow) -> None:
+                pass
+
+        with taddons.context():
+            state = _Chain(tmp_path / "a.jsonl", Asked())
+            state.shared = Shared(AddonConfig.build(ProxyOptions(report=tmp_path / "a.jsonl",
+                                                                 compare_handler="json:dumps")))
+            session = Session.of(1, state)  # type: ignore[arg-type]
+            await session.hook("request", model_flow(chat_body()))
+            session.release()
+            state.shared.events.close()
+        assert [thread.split("_")[0] for _, thread in seen] == ["flowproof-session-1"]
+
+    async def test_a_hook_behind_queued_work_waits_its_turn(self, tmp_path: Path) -> None:
+        """On the loop or not, a session's hooks keep mitmproxy's order: a request that
+        arrives while ``done`` runs on the worker runs after it."""
+        release = threading.Event()
+        order: list[str] = []
+
+        class Writer:
+            def done(self) -> None:
+                release.wait(5)
+                order.append("done")
+
+            def request(self, flow: http.HTTPFlow) -> None:
+                order.append("request")
+
+        with taddons.context():
+            session = Session(1, _Chain(tmp_path / "a.jsonl", Writer()), offload=False)  # type: ignore[arg-type]
+            writing = asyncio.ensure_future(session.hook("done"))
+            await asyncio.sleep(0.05)
+            asking = asyncio.ensure_future(session.hook("request", model_flow(chat_body())))
+            await asyncio.sleep(0.05)
+            assert order == []
+            release.set()
+            await asyncio.wait_for(asyncio.gather(writing, asking), 5)
+            session.release()
+        assert order == ["done", "request"]
+
+
 class TestRootInWarmMode:
     def test_flowproof_control_makes_the_router_the_only_child(self, harness: Harness) -> None:
         """With a control socket the single-flow options are unused: no cassette is needed."""
