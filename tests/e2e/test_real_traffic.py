@@ -135,7 +135,11 @@ class TestTitleCallLeftInFlight:
         every replay holds it the same way and passes with the task's reply."""
         spec = flow(tmp_path, GOOSE_AGENT, "Nairobi")
         lanes = {TITLE_SYSTEM: [Reply.text("Flight talk", first_byte_delay=8.0)]}
-        with FakeModelServer([Reply.text("Nairobi it is.")], lanes=lanes) as server:
+        # The task's answer waits a second: the title call, sent from a thread at the same
+        # moment, must be in flight upstream when the agent exits (on a loaded machine it
+        # could otherwise still be on its way and never reach the model).
+        task = Reply.text("Nairobi it is.", first_byte_delay=1.0)
+        with FakeModelServer([task], lanes=lanes) as server:
             recorded = flowproof.run(spec, "--record", "--json", "--upstream", f"api.openai.com={server.url}",
                                      keys=True, timeout=RUN_TIMEOUT)
             assert recorded.code == 0, recorded.output
