@@ -20,6 +20,7 @@ import openai
 import pytest
 import websockets.exceptions
 
+from flowproof.addon.websocket import _injector
 from flowproof.cassette import WEBSOCKET_METHOD, TurnRef, load_cassette
 from flowproof.divergence import Divergence
 from flowproof.options import Mode, ProxyOptions
@@ -356,3 +357,32 @@ class TestCompare:
         compared = [e for e in events if e["event"] in ("compared", "drift")]
         assert [e["event"] for e in compared] == ["compared"] * 3, [e.get("text") for e in compared]
         assert load_cassette(cassette).turns  # never written
+
+
+class TestInjection:
+    def test_a_replayed_frame_skips_the_command_wrapper_s_signature_check(
+        self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The proxy server's ``inject.websocket`` itself runs, but not mitmproxy's ``@command``
+        check of its arguments (an ``inspect.signature`` per frame)."""
+        from mitmproxy import command
+        from mitmproxy.addons.proxyserver import Proxyserver
+        from mitmproxy.test import tflow
+
+        checked: list[object] = []
+        monkeypatch.setattr(command, "verify_arg_signature", lambda *args: checked.append(args))
+        proxyserver = Proxyserver()
+        proxyserver.inject_websocket(tflow.tflow(), True, b"through the wrapper")
+        assert len(checked) == 1  # the check the wrapper makes, seen by this test
+        with caplog.at_level("WARNING"):
+            _injector(proxyserver)(tflow.tflow(), True, b"{}", True)
+        assert len(checked) == 1
+        assert "Cannot inject WebSocket messages into non-WebSocket flows" in caplog.text
+
+    def test_an_inject_method_without_a_wrapper_is_called_as_it_is(self) -> None:
+        class Plain:
+            def inject_websocket(self, flow: object, to_client: bool, message: bytes, is_text: bool) -> None:
+                raise NotImplementedError
+
+        plain = Plain()
+        assert _injector(plain) == plain.inject_websocket
