@@ -28,8 +28,8 @@ from typing import Any
 from urllib.parse import quote, quote_plus
 
 from flowproof.errors import FlowproofError
+from flowproof.spec.base import Location, VolatileRule
 from flowproof.spec.patterns import MATCH_SECONDS, PatternTimeout, bound
-from flowproof.spec.types import Location, VolatileRule
 
 __all__ = [
     "CWD_PLACEHOLDER",

@@ -36,17 +36,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from flowproof.errors import FlowproofError
 from flowproof.mcp import McpRoute, parse_route
 from flowproof.normalize import PRESETS
 from flowproof.redact import masked_url
-from flowproof.spec.types import FlowSpec, Location, VolatileRule
+from flowproof.spec.base import Location, VolatileRule
 from flowproof.wire import normalize_host
 from flowproof.wire.providers import reverse_hosts
 from flowproof.witness import Secret, secret_placeholder
+
+if TYPE_CHECKING:  # the parsed spec's other types: the proxy never builds them
+    from flowproof.spec.types import FlowSpec
 
 __all__ = [
     "OPTIONS",

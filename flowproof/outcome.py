@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flowproof.spec.types import Location, Step
+from flowproof.spec.base import Location
+
+if TYPE_CHECKING:  # the parsed spec's other types: the proxy never builds them
+    from flowproof.spec.types import Step
 
 __all__ = ["MISMATCH_KINDS", "AssertionResult", "Mismatch", "excerpt", "json_text", "quote", "show"]
 

@@ -23,12 +23,14 @@ import fnmatch
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, quote_plus, urlsplit
 
 from flowproof.outcome import AssertionResult, Mismatch
 from flowproof.redact import is_secret_name
-from flowproof.spec.types import EgressAssertion, SecretLeakAssertion
+
+if TYPE_CHECKING:  # the parsed spec's other types: the proxy never builds them
+    from flowproof.spec.types import EgressAssertion, SecretLeakAssertion
 
 __all__ = [
     "EgressHost",

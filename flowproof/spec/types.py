@@ -7,28 +7,17 @@ Strings may still contain ``${VAR}`` references until ``resolve_variables`` runs
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from flowproof.spec.base import Location as Location  # re-exported: every spec type is named here
+from flowproof.spec.base import VolatileRule as VolatileRule
 from flowproof.spec.patterns import BoundedPattern
 
 if TYPE_CHECKING:  # flowproof.options imports this module: the enum is only named here
     from flowproof.options import Route
-
-
-@dataclass(frozen=True, slots=True)
-class Location:
-    """Where a node sits in its spec file (1-based line and column)."""
-
-    path: str
-    line: int
-    col: int
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}:{self.col}"
 
 
 class Matcher(StrEnum):
@@ -244,20 +233,6 @@ class McpServer:
     tools: tuple[ToolMock, ...]
     location: Location
     command: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class VolatileRule:
-    """A declared volatile span: a body path, plus an optional regex for the span inside a string.
-
-    Matched spans are replaced by ``«volatile:<name>»`` before hashing.
-    """
-
-    name: str
-    path: str
-    segments: tuple[str, ...]
-    pattern: re.Pattern[str] | None
-    location: Location
 
 
 @dataclass(frozen=True, slots=True)
