@@ -30,8 +30,8 @@ written after the runner discarded the staging file would be left behind).
 
 mitmproxy runs every hook on one event loop, shared by all sessions. A flow
 whose hooks may run code the user wrote — its compare handler, a volatile
-pattern of its spec's own (`AddonConfig.runs_user_code`) — therefore runs them
-on the session's own worker thread, one hook at a time and in the order
+pattern of its spec's own (`AddonConfig.runs_user_code`) — or that compares
+therefore runs them on the session's own worker thread, one hook at a time and in the order
 mitmproxy delivered them, so a session's state needs no lock and no flow's
 work can hold another flow's session or this control server. Every other
 flow's hooks do only flowproof's own work (a hash, a lookup, assembling a
@@ -63,7 +63,7 @@ from mitmproxy.proxy import mode_specs
 
 from flowproof.addon.shared import JSON_HEADERS, Shared, log
 from flowproof.log_events import ErrorEvent, ErrorKind, Listener, ReadyEvent
-from flowproof.options import ProxyOptions, from_json
+from flowproof.options import Mode, ProxyOptions, from_json
 
 __all__ = ["CLOSE_WAIT", "BuildState", "Session", "WarmSessions"]
 
@@ -116,8 +116,11 @@ class Session:
 
     @classmethod
     def of(cls, number: int, state: _State) -> Session:
-        """Session ``number`` for ``state``, on the worker only when its flow may run user code."""
-        return cls(number, state, offload=state.shared.config.runs_user_code)
+        """Session ``number`` for ``state``, on the worker when its flow may run user code or
+        compares: the compare engine's field diff of two bodies is not bounded by their size
+        the way a hash is, and a live call's round trip dwarfs the hop."""
+        config = state.shared.config
+        return cls(number, state, offload=config.runs_user_code or config.mode is Mode.COMPARE)
 
     def run_hook(self, name: str, *args: object) -> None:
         """Invoke hook ``name`` on the session's chain in order, as mitmproxy would: one

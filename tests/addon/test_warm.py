@@ -368,6 +368,13 @@ class TestUserCodeAloneGoesToTheWorker:
             state.shared.events.close()
         assert [thread.split("_")[0] for _, thread in seen] == ["flowproof-session-1"]
 
+    def test_a_compare_flow_goes_to_the_worker_even_without_a_handler(self, tmp_path: Path) -> None:
+        """The compare engine's field diff of two bodies is not bounded by their size."""
+        state = _Chain(tmp_path / "a.jsonl")
+        for mode, offload in ((Mode.REPLAY, False), (Mode.RECORD, False), (Mode.COMPARE, True)):
+            state.shared = Shared(AddonConfig(ProxyOptions(mode=mode, report=tmp_path / "a.jsonl")))
+            assert Session.of(1, state).offload is offload, mode  # type: ignore[arg-type]
+
     async def test_a_hook_behind_queued_work_waits_its_turn(self, tmp_path: Path) -> None:
         """On the loop or not, a session's hooks keep mitmproxy's order: a request that
         arrives while ``done`` runs on the worker runs after it."""
