@@ -164,7 +164,8 @@ class Session:
         earlier hook, and it finishes before the loop serves anything else."""
         if args and self.idle(name, args[0]):
             return
-        if not self.offload and name not in _ON_WORKER and self._queued == 0:
+        on_loop = name in _ON_LOOP or (not self.offload and name not in _ON_WORKER)
+        if on_loop and self._queued == 0:
             self.run_hook(name, *args)
             return
         if self._order is None:
@@ -172,7 +173,7 @@ class Session:
         self._queued += 1
         try:
             async with self._order:
-                if name in _ON_LOOP or (not self.offload and name not in _ON_WORKER):
+                if on_loop:
                     self.run_hook(name, *args)
                     return
                 if self._worker is None:

@@ -11,6 +11,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -215,17 +216,23 @@ class TestOneSessionCannotHoldAnother:
         assert "Handler.response hook was still running 0.2s after the agent finished" in error["text"]
 
 
-def _count_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The hooks that reached a session's chain (`Session.run_hook`), by name, in order."""
-    hops: list[str] = []
+def _reaching_the_chain(monkeypatch: pytest.MonkeyPatch, entry: Callable[[str], Any]) -> list[Any]:
+    """``entry(hook name)`` for each hook that reached a session's chain (`Session.run_hook`),
+    taken on the thread that ran it, in order."""
+    seen: list[Any] = []
     run_hook = Session.run_hook
 
-    def counted(self: Session, name: str, *args: object) -> None:
-        hops.append(name)
+    def recorded(self: Session, name: str, *args: object) -> None:
+        seen.append(entry(name))
         run_hook(self, name, *args)
 
-    monkeypatch.setattr(Session, "run_hook", counted)
-    return hops
+    monkeypatch.setattr(Session, "run_hook", recorded)
+    return seen
+
+
+def _count_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The hooks that reached a session's chain, by name, in order."""
+    return _reaching_the_chain(monkeypatch, lambda name: name)
 
 
 class TestIdleHooksStayOnTheLoop:
@@ -318,15 +325,7 @@ class TestIdleHooksStayOnTheLoop:
 
 def _threads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """(hook, thread name) of each hook that reached a session's chain, in order."""
-    seen: list[tuple[str, str]] = []
-    run_hook = Session.run_hook
-
-    def recorded(self: Session, name: str, *args: object) -> None:
-        seen.append((name, threading.current_thread().name))
-        run_hook(self, name, *args)
-
-    monkeypatch.setattr(Session, "run_hook", recorded)
-    return seen
+    return _reaching_the_chain(monkeypatch, lambda name: (name, threading.current_thread().name))
 
 
 class TestUserCodeAloneGoesToTheWorker:
