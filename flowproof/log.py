@@ -28,8 +28,6 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any, TextIO
 
-import structlog
-
 from flowproof.printable import printable
 from flowproof.redact import redact_fields, secret_values
 
@@ -181,6 +179,8 @@ def configure(
     The values of the credential variables in ``environ`` (default ``os.environ``)
     are masked wherever they appear. Calling it again replaces the configuration.
     """
+    import structlog  # here, not at the top: the addon imports this module (`_AddonLogger`)
+
     secrets = secret_values(os.environ if environ is None else environ)
     processors: list[Processor] = [
         structlog.processors.add_log_level,
@@ -219,6 +219,8 @@ def _is_terminal(stream: TextIO) -> bool:
 
 def get_logger(**initial: Any) -> Any:
     """A runner logger (after `configure`), with ``initial`` fields bound to every event."""
+    import structlog
+
     return structlog.get_logger(**initial)
 
 
@@ -252,21 +254,56 @@ def _hands_on(handler: logging.Handler) -> bool:
     return any(hasattr(addon, "add_log") for addon in addons)
 
 
-class _AddonLogger(structlog.stdlib.BoundLogger):
-    """A stdlib-bound logger that builds an event only when a handler would take it: under
-    ``mitmdump -q`` no handler takes a per-call info line, whose processors (the credential
-    masking, the rendering) and record would otherwise run for every model call."""
+class _AddonLogger:
+    """The addon's logger: an event is built only when a handler would take it (`delivered`).
+    Under ``mitmdump -q`` no handler takes a per-call info line, whose processors (the
+    credential masking, the rendering) and record would otherwise run for every model call.
 
-    def _proxy_to_logger(self, method_name: str, event: str | None = None, *event_args: str,
-                         **event_kw: Any) -> Any:
-        if not delivered(self._logger, _LEVELS.get(method_name, logging.CRITICAL)):
+    structlog itself is imported with the first event that is delivered: it is about 13 ms
+    of mitmdump's start (python -X importtime), and a quiet replay delivers none."""
+
+    __slots__ = ("_bound", "_logger", "_secrets")
+
+    def __init__(self, logger: logging.Logger, secrets: Iterable[str]) -> None:
+        self._logger = logger
+        self._secrets = tuple(secrets)
+        self._bound: Any = None
+
+    def _emit(self, method: str, level: int, event: str | None, args: tuple[Any, ...],
+              fields: dict[str, Any]) -> Any:
+        if not delivered(self._logger, level):
             return None
-        return super()._proxy_to_logger(method_name, event, *event_args, **event_kw)
+        bound = self._bound
+        if bound is None:
+            import structlog
 
+            bound = self._bound = structlog.wrap_logger(
+                self._logger,
+                wrapper_class=structlog.stdlib.BoundLogger,
+                processors=[redactor(self._secrets), render_key_values],
+                # The processors are this logger's own, so the bound logger never changes:
+                # bind it once instead of at every event.
+                cache_logger_on_first_use=True,
+            )
+        return getattr(bound, method)(event, *args, **fields)
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "warn": logging.WARNING,
-           "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL,
-           "fatal": logging.CRITICAL}
+    def debug(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
+        return self._emit("debug", logging.DEBUG, event, args, fields)
+
+    def info(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
+        return self._emit("info", logging.INFO, event, args, fields)
+
+    def warning(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
+        return self._emit("warning", logging.WARNING, event, args, fields)
+
+    def error(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
+        return self._emit("error", logging.ERROR, event, args, fields)
+
+    def exception(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
+        return self._emit("exception", logging.ERROR, event, args, fields)
+
+    def critical(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
+        return self._emit("critical", logging.CRITICAL, event, args, fields)
 
 
 def addon_logger(name: str = "flowproof.addon", environ: Mapping[str, str] | None = None) -> Any:
@@ -274,12 +311,4 @@ def addon_logger(name: str = "flowproof.addon", environ: Mapping[str, str] | Non
     handlers print the events (and its ``termlog_verbosity`` filters them), with the
     credentials of ``environ`` (default ``os.environ``) masked. An event no handler would
     take is not built (`delivered`)."""
-    secrets = secret_values(os.environ if environ is None else environ)
-    return structlog.wrap_logger(
-        logging.getLogger(name),
-        wrapper_class=_AddonLogger,
-        processors=[redactor(secrets), render_key_values],
-        # The processors are this call's own, so the bound logger never changes: bind it once
-        # instead of at every event.
-        cache_logger_on_first_use=True,
-    )
+    return _AddonLogger(logging.getLogger(name), secret_values(os.environ if environ is None else environ))

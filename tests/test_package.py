@@ -186,6 +186,7 @@ def loaded_after(statement: str, modules: tuple[str, ...]) -> list[str]:
 NOT_IN_THE_PROXY = (
     "yaml", "flowproof.spec.loader", "flowproof.spec.clauses", "flowproof.spec.variables",
     "flowproof.spec.types", "flowproof.compare", "flowproof.pairing", "deepdiff", "regex", "opentelemetry",
+    "structlog",  # loaded with the first log line a handler takes (flowproof.log._AddonLogger)
 )
 
 
