@@ -64,3 +64,44 @@ class TestImportsBeforeTheProxy:
             "flowproof.runner.eventtail", "flowproof.runner.launch", "flowproof.runner.proxy",
         }
         assert "flowproof.runner.launch" in loaded  # the check sees what is loaded
+
+
+def leave_in_a_process(body: str) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` then ``leave(...)`` as its last line, in a fresh interpreter."""
+    code = "import atexit, sys, threading, time\nfrom flowproof.runner.launch import leave\n" + body
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+class TestLeave:
+    """A finished command skips the interpreter's teardown and loses nothing for it."""
+
+    def test_the_exit_handlers_run_and_buffered_output_is_written(self) -> None:
+        done = leave_in_a_process(
+            "atexit.register(lambda: print('handler ran'))\n"
+            "sys.stdout.write('report, unflushed')\nsys.stderr.write('a warning')\nleave(3)\n"
+        )
+        assert done.returncode == 3
+        assert done.stdout == "report, unflushedhandler ran\n"
+        assert done.stderr == "a warning"
+
+    @pytest.mark.parametrize(("status", "code", "stderr"), [(None, 0, ""), (0, 0, ""), (4, 4, ""),
+                                                            ("a message", 1, "a message\n")])
+    def test_a_status_means_what_it_means_to_sys_exit(self, status: object, code: int, stderr: str) -> None:
+        done = leave_in_a_process(f"leave({status!r})\n")
+        assert (done.returncode, done.stderr) == (code, stderr)
+
+    def test_a_thread_still_running_is_waited_for(self) -> None:
+        """The interpreter waits for a non-daemon thread; so does `leave` (it exits normally)."""
+        done = leave_in_a_process(
+            "def late():\n    time.sleep(0.3)\n    print('thread finished', flush=True)\n"
+            "threading.Thread(target=late).start()\nleave(2)\n"
+        )
+        assert (done.returncode, done.stdout) == (2, "thread finished\n")
+
+    def test_the_teardown_is_skipped(self) -> None:
+        """An object alive at the end is never finalized: the teardown did not run."""
+        done = leave_in_a_process(
+            "class Noisy:\n    def __del__(self):\n        print('finalized')\n"
+            "kept = Noisy()\nleave(0)\n"
+        )
+        assert (done.returncode, done.stdout) == (0, "")
