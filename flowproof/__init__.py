@@ -8,23 +8,24 @@ they need from here or from their own adapter modules; everything not listed in
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
-from flowproof.errors import (
-    AgentError,
-    CassetteError,
-    CassetteNotFoundError,
-    FlowFailure,
-    FlowproofError,
-    ProxyError,
-    SpecError,
-    WireError,
-)
-
+TYPE_CHECKING = False  # typing's constant, without importing typing (mypy reads the name)
 if TYPE_CHECKING:
+    from typing import Any
+
     from flowproof.assertions import AssertionResult, evaluate
     from flowproof.cassette import Cassette, RecordedTurn, load_cassette, save_cassette
     from flowproof.compare import CompareResult, compare_responses
+    from flowproof.errors import (
+        AgentError,
+        CassetteError,
+        CassetteNotFoundError,
+        FlowFailure,
+        FlowproofError,
+        ProxyError,
+        SpecError,
+        WireError,
+    )
     from flowproof.expect import (
         assert_no_tool_call,
         assert_reply,
@@ -35,14 +36,23 @@ if TYPE_CHECKING:
     from flowproof.trajectory import Trajectory, build_trajectory
     from flowproof.turns import FinishReason, RequestView, ResponseView, ToolCall, ToolResult, Turn
 
-#: The rest of the API loads on first use (PEP 562), so importing one core module (say
+#: The API loads on first use (PEP 562), so importing one core module (say
 #: `flowproof.normalize`, which runs this file first) does not load the YAML spec loader,
 #: the cassette reader and the compare engine with it. The proxy imports this file too:
 #: the assertion helpers (`flowproof.expect`, which loads the assertion engine) were
 #: half of its import time before they became lazy (docs/hotpath.md). The turn types too:
 #: `flowproof-run` imports this file before it starts the proxy, and their six dataclasses
-#: were a tenth of what it imported first.
+#: were a tenth of what it imported first, and the error types (their dataclasses, typing
+#: and pathlib) twice that: it now imports only `flowproof.runner.spawn` before the spawn.
 _LAZY = {
+    "AgentError": "flowproof.errors",
+    "CassetteError": "flowproof.errors",
+    "CassetteNotFoundError": "flowproof.errors",
+    "FlowFailure": "flowproof.errors",
+    "FlowproofError": "flowproof.errors",
+    "ProxyError": "flowproof.errors",
+    "SpecError": "flowproof.errors",
+    "WireError": "flowproof.errors",
     "FinishReason": "flowproof.turns",
     "RequestView": "flowproof.turns",
     "ResponseView": "flowproof.turns",

@@ -20,8 +20,8 @@ import certifi
 
 from flowproof.errors import CAError
 from flowproof.options import Route
-from flowproof.runner.proxy import CA_BASENAME
 from flowproof.runner.proxy import default_ca_dir as default_ca_dir  # where it was, for its callers
+from flowproof.runner.spawn import CA_BASENAME
 from flowproof.spec.variables import BASE_URL_HANDLE
 from flowproof.wire.providers import PROVIDERS, base_url_families, base_url_vars, model_host_suffixes
 from flowproof.wire.providers import (

@@ -6,8 +6,8 @@ spec and the cassette (0.7-1 s more, python -X importtime). So the entry point s
 the proxy a run will most likely need before importing anything else
 (`flowproof.runner.proxy.prestart`), and mitmdump boots while the runner does that work;
 the flow's session then opens on it once its ``ready`` event is in its log, as on any
-proxy. Only this module and `flowproof.runner.proxy` (the standard library, the error
-types) are imported before the proxy is started.
+proxy. Only this module and `flowproof.runner.spawn` (the standard library's cheapest
+modules) are imported before the proxy is started.
 
 The guess is a replay proxy of the default CA folder: what a run without ``--record``,
 ``--compare`` or ``--record-missing`` asks for. A run that turns out to need another
@@ -26,11 +26,13 @@ import atexit
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import NoReturn
 
-from flowproof.runner.proxy import CA_BASENAME, ProxyKind, default_ca_dir, prestart
+from flowproof.runner.spawn import CA_BASENAME, ca_dir, prestart
+
+TYPE_CHECKING = False  # typing's constant, without importing typing (mypy reads the name)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import NoReturn
 
 __all__ = ["early_kind", "leave", "main", "run_main"]
 
@@ -38,24 +40,24 @@ __all__ = ["early_kind", "leave", "main", "run_main"]
 _NOT_A_REPLAY = frozenset({"--record", "--compare", "--record-missing", "-h", "--help"})
 
 
-def early_kind(args: Sequence[str], environ: Mapping[str, str]) -> ProxyKind | None:
-    """The kind of proxy ``flowproof-run ARGS`` will ask for first, when it can be told
-    from the arguments alone; None when no proxy should be started early."""
+def early_kind(args: Sequence[str], environ: Mapping[str, str]) -> tuple[str, bool, str | None] | None:
+    """The kind of proxy ``flowproof-run ARGS`` will ask for first, as
+    `flowproof.runner.spawn.spawn` takes it (`flowproof.runner.proxy.ProxyKind.key`), when
+    it can be told from the arguments alone; None when no proxy should be started early."""
     if not args or any(a in _NOT_A_REPLAY for a in args):
         return None
-    confdir = default_ca_dir(environ)
-    if not (confdir / f"{CA_BASENAME}-ca.pem").is_file():
+    confdir = ca_dir(environ)
+    if not os.path.isfile(os.path.join(confdir, f"{CA_BASENAME}-ca.pem")):
         return None
-    script = environ.get("FLOWPROOF_ADDON_SCRIPT")
     # The kind `ProxyPool.kind` gives a replay flow of the command line's pool.
-    return ProxyKind(confdir, lazy=True, script=Path(script) if script else None)
+    return confdir, True, environ.get("FLOWPROOF_ADDON_SCRIPT") or None
 
 
 def _start_early(args: Sequence[str]) -> None:
     # With FLOWPROOF_WARM_PROXY=0 too: the first flow's pool of one takes it.
     kind = early_kind(args, os.environ)
     if kind is not None:
-        prestart(kind)
+        prestart(*kind)
 
 
 def leave(status: object) -> NoReturn:

@@ -22,18 +22,11 @@ The runner and the addon share nothing else but the flow's JSON-lines event log
 
 from __future__ import annotations
 
-import atexit
-import ctypes
-import functools
 import json
 import os
-import re
-import shutil
 import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -42,9 +35,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-import flowproof
 from flowproof.errors import ProxyError
+from flowproof.runner import spawn
 from flowproof.runner.eventtail import EventTail
+from flowproof.runner.spawn import Spawned, scratch_prefix
 
 if TYPE_CHECKING:
     from flowproof.options import ProxyOptions
@@ -69,25 +63,11 @@ __all__ = [
 
 #: Bounded capture of mitmdump's output, for the error message when it dies.
 _STDERR_TAIL = 4000
-#: A Unix socket path must fit in sun_path (108 bytes on Linux).
-_MAX_SOCKET_PATH = 100
-#: The proxy reaches the upstream directly, never through a proxy the runner's environment names.
-_PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy")
-
-#: Written when the repository's one-line script is absent (an installed wheel).
-_ADDON_SHIM = "from flowproof.addon import Flowproof\n\naddons = [Flowproof()]\n"
-#: mitmproxy's file basename in its confdir (``mitmproxy-ca.pem`` …).
-CA_BASENAME = "mitmproxy"
 
 
 def default_ca_dir(environ: Mapping[str, str] | None = None) -> Path:
     """``$FLOWPROOF_CA_DIR``, else ``$XDG_DATA_HOME/flowproof/ca``, else ``~/.local/share/flowproof/ca``."""
-    env = os.environ if environ is None else environ
-    if env.get("FLOWPROOF_CA_DIR"):
-        return Path(env["FLOWPROOF_CA_DIR"]).expanduser()
-    if env.get("XDG_DATA_HOME"):
-        return Path(env["XDG_DATA_HOME"]).expanduser() / "flowproof" / "ca"
-    return Path.home() / ".local" / "share" / "flowproof" / "ca"
+    return Path(spawn.ca_dir(os.environ if environ is None else environ))
 
 
 def warm_enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -106,10 +86,7 @@ def free_port() -> int:
 
 def mitmdump_executable() -> str:
     """The ``mitmdump`` console script of the running interpreter's environment."""
-    beside = Path(sys.executable).parent / "mitmdump"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("mitmdump")
+    found = spawn.mitmdump_executable()
     if found is None:
         raise ProxyError(
             "mitmdump was not found next to the Python interpreter nor on PATH — "
@@ -119,19 +96,8 @@ def mitmdump_executable() -> str:
 
 
 def addon_script_path(scratch: Path) -> Path:
-    """The ``mitmdump -s`` script: ``$FLOWPROOF_ADDON_SCRIPT``, else the repository's one-line
-    script, else a shim written to ``scratch`` (an installed wheel has no ``addon/`` folder)."""
-    override = os.environ.get("FLOWPROOF_ADDON_SCRIPT")
-    if override:
-        # A debugging aid (and the runner's tests): load a modified addon instead.
-        return Path(override)
-    repo_script = Path(flowproof.__file__).resolve().parent.parent / "addon" / "flowproof_addon.py"
-    if repo_script.is_file():
-        return repo_script
-    shim = scratch / "flowproof_addon.py"
-    if not shim.exists() or shim.read_text(encoding="utf-8") != _ADDON_SHIM:
-        shim.write_text(_ADDON_SHIM, encoding="utf-8")
-    return shim
+    """The ``mitmdump -s`` script (`flowproof.runner.spawn.addon_script`)."""
+    return Path(spawn.addon_script(str(scratch)))
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
@@ -151,104 +117,29 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         pass
 
 
-_PR_SET_PDEATHSIG = 1
-#: Scratch folders carry their owner's pid, so a later run can tell a crashed run's leftovers.
-SCRATCH_PREFIXES = ("flowproof-proxy-", "flowproof-run-")
-_SCRATCH_NAME = re.compile(r"flowproof-(?:proxy|run)-(\d+)-")
-
-
-def scratch_prefix(kind: str) -> str:
-    """``flowproof-<kind>-<pid>-``: the prefix of this process's scratch folders."""
-    return f"flowproof-{kind}-{os.getpid()}-"
-
-
-def _die_with_parent(runner: int) -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask the kernel to SIGKILL this process when the runner dies, however it dies.
-
-    SIGKILL, not SIGTERM: an orphaned mitmdump that shut down cleanly would write its
-    recording at the staging path after the runner is gone. If the runner already died
-    before this line ran, exit now.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return  # not Linux: the kill in a finally is then the only guard
-    if os.getppid() != runner:
-        os._exit(1)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_scratch(root: Path | None = None) -> list[Path]:
     """Remove scratch folders left by runners that no longer exist (killed with SIGKILL);
     return what was removed. A folder of a live process is never touched."""
-    base = Path(root or tempfile.gettempdir())
-    removed: list[Path] = []
-    try:
-        entries = list(base.iterdir())
-    except OSError:
-        return removed
-    for entry in entries:
-        match = _SCRATCH_NAME.match(entry.name)
-        if match is None or not entry.is_dir() or entry.is_symlink():
-            continue
-        pid = int(match.group(1))
-        if pid == os.getpid() or _pid_alive(pid):
-            continue
-        try:
-            if entry.stat().st_uid != os.getuid():
-                continue
-        except OSError:
-            continue
-        shutil.rmtree(entry, ignore_errors=True)
-        removed.append(entry)
-    return removed
+    return [Path(p) for p in spawn.sweep_scratch(str(root) if root is not None else None)]
 
 
 # ------------------------------------------------------------------ the proxy started first
 
-#: The proxy `prestart` started, until the first `ProxyPool.open` takes it.
-_EARLY: list[ProxyProcess] = []
-_EARLY_LOCK = threading.Lock()
-
 
 def prestart(kind: ProxyKind) -> None:
-    """Start the proxy a run will most likely ask for, and return at once: mitmdump boots
-    while the runner imports the rest and reads the spec and the cassette (docs/performance.md).
-
-    The first `ProxyPool.open` takes it when the flow's kind is this one (it then waits for
-    its ``ready`` as for any start) and kills it otherwise; one that no pool took is killed
-    when the runner exits. A proxy that cannot start here is left to the flow's own start
-    to report."""
-    try:
-        proxy = ProxyProcess.spawn(kind)
-    except ProxyError:
-        return
-    with _EARLY_LOCK:
-        _EARLY.append(proxy)
-    atexit.register(_take_early, None)
+    """Start the proxy a run will most likely ask for, and return at once
+    (`flowproof.runner.spawn.prestart`, which the console scripts call themselves)."""
+    spawn.prestart(*kind.key)
 
 
 def _take_early(kind: ProxyKind | None) -> ProxyProcess | None:
     """The prestarted proxy when it is of ``kind`` and alive; any other is killed."""
-    with _EARLY_LOCK:
-        early = list(_EARLY)
-        _EARLY.clear()
     taken = None
-    for proxy in early:
-        if taken is None and proxy.kind == kind and proxy.is_alive():
-            taken = proxy
+    for early in spawn.take_early():
+        if taken is None and ProxyKind.of(early.key) == kind and early.process.poll() is None:
+            taken = ProxyProcess(ProxyKind.of(early.key), early)
         else:
-            proxy.kill()
+            early.kill()
     return taken
 
 
@@ -370,18 +261,24 @@ class ProxyKind:
     lazy: bool
     script: Path | None = None
 
+    @property
+    def key(self) -> tuple[str, bool, str | None]:
+        """The kind as `flowproof.runner.spawn` takes it (paths as strings)."""
+        return str(self.confdir), self.lazy, str(self.script) if self.script is not None else None
+
+    @classmethod
+    def of(cls, key: tuple[str, bool, str | None]) -> ProxyKind:
+        confdir, lazy, script = key
+        return cls(Path(confdir), lazy, Path(script) if script is not None else None)
+
 
 @dataclass(slots=True)
 class ProxyProcess:
     """A running mitmdump that serves flows through sessions."""
 
     kind: ProxyKind
-    process: subprocess.Popen[bytes]
-    control: Path
-    startup_seconds: float
-    _scratch: tempfile.TemporaryDirectory[str]
-    _socket_dir: Path | None = None
-    _started: float = 0.0
+    spawned: Spawned
+    startup_seconds: float = 0.0
     _ready: bool = False
 
     @classmethod
@@ -395,40 +292,20 @@ class ProxyProcess:
     @classmethod
     def spawn(cls, kind: ProxyKind) -> ProxyProcess:
         """Start mitmdump and return at once; `wait_ready` waits for its ``ready`` event."""
-        started = time.monotonic()
-        sweep_scratch()
-        scratch = tempfile.TemporaryDirectory(prefix=scratch_prefix("proxy"))
-        scratch_path = Path(scratch.name)
-        socket_dir: Path | None = None
-        control = scratch_path / "control.sock"
-        if len(str(control)) > _MAX_SOCKET_PATH:
-            # A long $TMPDIR: the socket alone goes to a short private folder.
-            socket_dir = Path(tempfile.mkdtemp(prefix=scratch_prefix("proxy"), dir="/tmp"))
-            control = socket_dir / "control.sock"
-        log = scratch_path / "proxy.jsonl"
-        script = kind.script or addon_script_path(scratch_path)
-        argv = [
-            mitmdump_executable(), "-q", "-s", str(script),
-            "--listen-host", "127.0.0.1", "--listen-port", "0",
-            "--set", f"confdir={kind.confdir}",
-            "--set", f"flowproof_control={control}",
-            "--set", f"flowproof_report={log}",
-        ]
-        if kind.lazy:
-            argv += ["--set", "connection_strategy=lazy"]
-        env = {k: v for k, v in os.environ.items() if k not in _PROXY_VARIABLES}
-        with (scratch_path / "mitmdump.log").open("wb") as out:
-            try:
-                process = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    start_new_session=True, env=env,
-                    # The proxy must not outlive the runner, even one killed with SIGKILL.
-                    preexec_fn=functools.partial(_die_with_parent, os.getpid()),
-                )
-            except OSError as e:
-                scratch.cleanup()
-                raise ProxyError(f"could not start mitmdump ({argv[0]}): {e}") from None
-        return cls(kind, process, control, 0.0, scratch, socket_dir, _started=started)
+        executable = mitmdump_executable()  # its own error message when there is none
+        try:
+            spawned = spawn.spawn(*kind.key)
+        except OSError as e:
+            raise ProxyError(f"could not start mitmdump ({executable}): {e}") from None
+        return cls(kind, spawned)
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.spawned.process
+
+    @property
+    def control(self) -> Path:
+        return Path(self.spawned.control)
 
     def wait_ready(self, timeout: float = 20.0) -> None:
         """Wait for the ``ready`` event of a `spawn`ed proxy (at once when it came already);
@@ -437,7 +314,7 @@ class ProxyProcess:
         if self._ready:
             return
         process = self.process
-        tail = EventTail(Path(self._scratch.name) / "proxy.jsonl")
+        tail = EventTail(Path(self.spawned.scratch.name) / "proxy.jsonl")
         deadline = time.monotonic() + timeout
         while not any(e.get("event") == "ready" for e in tail.read()):
             if process.poll() is not None or time.monotonic() >= deadline:
@@ -454,7 +331,7 @@ class ProxyProcess:
                 )
             time.sleep(0.01)
         self._ready = True
-        self.startup_seconds = time.monotonic() - self._started
+        self.startup_seconds = time.monotonic() - self.spawned.started
 
     @property
     def pid(self) -> int:
@@ -466,7 +343,7 @@ class ProxyProcess:
     def stderr_tail(self) -> str:
         """The last few KB of mitmdump's stdout/stderr."""
         try:
-            data = (Path(self._scratch.name) / "mitmdump.log").read_bytes()
+            data = (Path(self.spawned.scratch.name) / "mitmdump.log").read_bytes()
         except OSError:
             return ""
         return data[-_STDERR_TAIL:].decode("utf-8", "replace").strip()
@@ -520,14 +397,7 @@ class ProxyProcess:
     def kill(self) -> None:
         """SIGKILL the proxy's process group (whatever mitmdump spawned dies with it) and remove
         its scratch folder (idempotent)."""
-        _signal_group(self.process.pid, signal.SIGKILL)
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
-            pass
-        self._scratch.cleanup()
-        if self._socket_dir is not None:
-            shutil.rmtree(self._socket_dir, ignore_errors=True)
+        self.spawned.kill()
 
 
 class ProxyPool:

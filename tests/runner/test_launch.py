@@ -12,7 +12,7 @@ import pytest
 
 from flowproof.options import ProxyOptions
 from flowproof.runner.launch import early_kind
-from flowproof.runner.proxy import ProxyPool
+from flowproof.runner.proxy import ProxyKind, ProxyPool
 
 
 def env_of(ca_dir: Path, **extra: str) -> dict[str, str]:
@@ -26,14 +26,14 @@ class TestEarlyKind:
         pool takes it (`ProxyPool.open` matches kinds by equality)."""
         monkeypatch.delenv("FLOWPROOF_ADDON_SCRIPT", raising=False)
         kind = early_kind(["x.flow.yaml", "-v"], env_of(ca_dir))
-        assert kind is not None and kind == ProxyPool().kind(ProxyOptions(), ca_dir)
+        assert kind is not None and ProxyKind.of(kind) == ProxyPool().kind(ProxyOptions(), ca_dir)
 
     def test_the_addon_script_override_is_part_of_the_guess(self, ca_dir: Path, ca_files: Any,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("FLOWPROOF_ADDON_SCRIPT", "/somewhere/addon.py")
         kind = early_kind(["x.flow.yaml"], env_of(ca_dir, FLOWPROOF_ADDON_SCRIPT="/somewhere/addon.py"))
-        assert kind == ProxyPool().kind(ProxyOptions(), ca_dir)
-        assert kind is not None and kind.script == Path("/somewhere/addon.py")
+        assert kind is not None and ProxyKind.of(kind) == ProxyPool().kind(ProxyOptions(), ca_dir)
+        assert ProxyKind.of(kind).script == Path("/somewhere/addon.py")
 
     @pytest.mark.parametrize("flag", ["--record", "--compare", "--record-missing", "--help", "-h"])
     def test_no_guess_for_a_run_that_is_not_a_replay(self, flag: str, ca_dir: Path, ca_files: Any) -> None:
@@ -59,11 +59,18 @@ class TestImportsBeforeTheProxy:
         )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
         loaded = ast.literal_eval(out.stdout.strip())
-        assert set(loaded) <= {
-            "flowproof", "flowproof.errors", "flowproof.turns", "flowproof.runner",
-            "flowproof.runner.eventtail", "flowproof.runner.launch", "flowproof.runner.proxy",
-        }
-        assert "flowproof.runner.launch" in loaded  # the check sees what is loaded
+        assert set(loaded) == {"flowproof", "flowproof.runner", "flowproof.runner.launch", "flowproof.runner.spawn"}
+
+    def test_nor_the_standard_library_s_heavier_modules(self) -> None:
+        """dataclasses (with inspect), typing and pathlib were about 25 ms before the spawn
+        (python -X importtime): nothing before it needs them."""
+        code = (
+            "import sys; import flowproof.runner.launch; "
+            "print(sorted(m for m in ('dataclasses', 'inspect', 'typing', 'pathlib', 'json', 'socket') "
+            "if m in sys.modules))"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+        assert ast.literal_eval(out.stdout.strip()) == []
 
 
 def leave_in_a_process(body: str) -> subprocess.CompletedProcess[str]:

@@ -25,7 +25,7 @@ import pytest
 
 from flowproof.errors import ProxyError
 from flowproof.options import Mode, ProxyOptions, Route, from_json, listeners_for, parse_upstreams
-from flowproof.runner import proxy as proxy_module
+from flowproof.runner import spawn as spawn_module
 from flowproof.runner.proxy import (
     FlowProxy,
     ProxyKind,
@@ -395,9 +395,9 @@ class TestPrestart:
     ) -> None:
         """The flow's session opens on the proxy started early: no second mitmdump."""
         prestart(ProxyKind(ca_dir, lazy=True))
-        (early,) = proxy_module._EARLY
+        (early,) = spawn_module.EARLY
         session = pool.open(options(tmp_path, "a"), ca_dir)
-        assert session.process is early and pool.starts == 1 and proxy_module._EARLY == []
+        assert session.process.spawned is early and pool.starts == 1 and spawn_module.EARLY == []
         status, _ = post_chat(session.port, "never recorded")
         session.stop()
         assert status == 400 and kinds(session.options.report)[0] == "ready"
@@ -408,17 +408,18 @@ class TestPrestart:
         """A record flow cannot use a lazy proxy: the guess is killed (its scratch folder
         removed) and the flow gets a proxy of its own kind."""
         prestart(ProxyKind(ca_dir, lazy=True))
-        (early,) = proxy_module._EARLY
+        (early,) = spawn_module.EARLY
         session = pool.open(options(tmp_path, "r", mode=Mode.RECORD), ca_dir)
-        assert session.process is not early and pool.starts == 1
-        assert early.process.poll() is not None and not Path(early._scratch.name).exists()
+        assert session.process.spawned is not early and pool.starts == 1
+        assert early.process.poll() is not None and not Path(early.scratch.name).exists()
         session.stop()
 
     def test_one_no_pool_took_is_killed_when_the_runner_exits(self, ca_dir: Path, ca_files: Any) -> None:
         """A run that never opens a session (a spec that does not load) leaves nothing running."""
         code = (
-            "import sys; from pathlib import Path; from flowproof.runner.proxy import ProxyKind, prestart, _EARLY; "
-            f"prestart(ProxyKind(Path({str(ca_dir)!r}), lazy=True)); print(_EARLY[0].pid, _EARLY[0]._scratch.name)"
+            "import sys; from pathlib import Path; from flowproof.runner.proxy import ProxyKind, prestart; "
+            "from flowproof.runner.spawn import EARLY; "
+            f"prestart(ProxyKind(Path({str(ca_dir)!r}), lazy=True)); print(EARLY[0].pid, EARLY[0].scratch.name)"
         )
         env = {k: v for k, v in os.environ.items() if k != "FLOWPROOF_ADDON_SCRIPT"}
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
