@@ -166,6 +166,15 @@ class _LineLogger:
     fatal = failure = err = error = critical = exception = msg
 
 
+#: `configure`'s settings (level, JSON lines, stream, secrets) until a runner logger sends
+#: its first event: structlog is about 30 ms of imports (python -X importtime) that a run
+#: with nothing to log never needs.
+_pending: tuple[int, bool, TextIO | None, frozenset[str]] | None = None
+#: The level `configure` set: a runner logger drops an event below it before structlog.
+_threshold = logging.NOTSET
+_applied = False
+
+
 def configure(
     verbosity: int = 0,
     *,
@@ -178,10 +187,30 @@ def configure(
 
     The values of the credential variables in ``environ`` (default ``os.environ``)
     are masked wherever they appear. Calling it again replaces the configuration.
+    structlog is configured (and imported) with the first event a `get_logger` logger
+    sends at that level or above.
     """
-    import structlog  # here, not at the top: the addon imports this module (`_AddonLogger`)
+    global _pending, _threshold
+    _threshold = level_for(verbosity)
+    _pending = (_threshold, json_lines, stream, secret_values(os.environ if environ is None else environ))
+    if _applied:  # structlog is loaded already: nothing to save by waiting
+        _apply()
 
-    secrets = secret_values(os.environ if environ is None else environ)
+
+def reset() -> None:
+    """Forget what `configure` set (the tests reset structlog's own defaults beside it)."""
+    global _pending, _threshold
+    _pending, _threshold = None, logging.NOTSET
+
+
+def _apply() -> None:
+    global _pending, _applied
+    if _pending is None:
+        return
+    level, json_lines, stream, secrets = _pending
+    _pending = None
+    import structlog  # here, not at the top: see `_pending` (and the addon's `_AddonLogger`)
+
     processors: list[Processor] = [
         structlog.processors.add_log_level,
         redactor(secrets),
@@ -204,10 +233,11 @@ def configure(
         ]
     structlog.configure(
         processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(level_for(verbosity)),
+        wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=lambda *_args: _LineLogger(stream),
         cache_logger_on_first_use=False,
     )
+    _applied = True
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -219,9 +249,54 @@ def _is_terminal(stream: TextIO) -> bool:
 
 def get_logger(**initial: Any) -> Any:
     """A runner logger (after `configure`), with ``initial`` fields bound to every event."""
-    import structlog
+    return _RunnerLogger(initial)
 
-    return structlog.get_logger(**initial)
+
+class _Levels:
+    """A logger's level methods, each handing its event to ``_emit`` with its stdlib level:
+    both loggers decide whether an event is built before structlog sees it."""
+
+    __slots__ = ()
+
+    def _emit(self, method: str, level: int, event: str | None, args: tuple[Any, ...],
+              fields: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def debug(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
+        return self._emit("debug", logging.DEBUG, event, args, fields)
+
+    def info(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
+        return self._emit("info", logging.INFO, event, args, fields)
+
+    def warning(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
+        return self._emit("warning", logging.WARNING, event, args, fields)
+
+    def error(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
+        return self._emit("error", logging.ERROR, event, args, fields)
+
+    def exception(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
+        return self._emit("exception", logging.ERROR, event, args, fields)
+
+    def critical(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
+        return self._emit("critical", logging.CRITICAL, event, args, fields)
+
+
+class _RunnerLogger(_Levels):
+    """structlog's logger once an event passes `configure`'s level (`_pending`)."""
+
+    __slots__ = ("_initial",)
+
+    def __init__(self, initial: dict[str, Any]) -> None:
+        self._initial = initial
+
+    def _emit(self, method: str, level: int, event: str | None, args: tuple[Any, ...],
+              fields: dict[str, Any]) -> Any:
+        if level < _threshold:
+            return None
+        _apply()
+        import structlog
+
+        return getattr(structlog.get_logger(**self._initial), method)(event, *args, **fields)
 
 
 def delivered(logger: logging.Logger, level: int) -> bool:
@@ -254,7 +329,7 @@ def _hands_on(handler: logging.Handler) -> bool:
     return any(hasattr(addon, "add_log") for addon in addons)
 
 
-class _AddonLogger:
+class _AddonLogger(_Levels):
     """The addon's logger: an event is built only when a handler would take it (`delivered`).
     Under ``mitmdump -q`` no handler takes a per-call info line, whose processors (the
     credential masking, the rendering) and record would otherwise run for every model call.
@@ -286,24 +361,6 @@ class _AddonLogger:
                 cache_logger_on_first_use=True,
             )
         return getattr(bound, method)(event, *args, **fields)
-
-    def debug(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
-        return self._emit("debug", logging.DEBUG, event, args, fields)
-
-    def info(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
-        return self._emit("info", logging.INFO, event, args, fields)
-
-    def warning(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
-        return self._emit("warning", logging.WARNING, event, args, fields)
-
-    def error(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
-        return self._emit("error", logging.ERROR, event, args, fields)
-
-    def exception(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
-        return self._emit("exception", logging.ERROR, event, args, fields)
-
-    def critical(self, event: str | None = None, *args: Any, **fields: Any) -> Any:
-        return self._emit("critical", logging.CRITICAL, event, args, fields)
 
 
 def addon_logger(name: str = "flowproof.addon", environ: Mapping[str, str] | None = None) -> Any:

@@ -37,7 +37,6 @@ from flowproof.advice import record_command as flow_record_command
 from flowproof.assertions import AssertionResult, Mismatch, describe_assertion, evaluate
 from flowproof.cassette import Cassette
 from flowproof.cassette_check import error_turns
-from flowproof.compare import CompareResult
 from flowproof.coverage import unused_mocks
 from flowproof.errors import (
     EXIT_AGENT,
@@ -59,6 +58,7 @@ from flowproof.turns import ToolCall, Turn
 from flowproof.wire import codec_by_name
 
 if TYPE_CHECKING:  # the spans (and their module) are built only with --otel
+    from flowproof.compare import CompareResult  # the compare engine loads for --compare alone
     from flowproof.genai_spans import SpanRecord
 
 __all__ = [

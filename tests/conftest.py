@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
+import flowproof.log
 from tests.cassette_schema import cassette_problems
 
 
@@ -29,6 +30,7 @@ def _structlog_defaults() -> Iterator[None]:
     lines a later test captures."""
     yield
     structlog.reset_defaults()
+    flowproof.log.reset()
 
 
 @pytest.fixture(scope="session", autouse=True)

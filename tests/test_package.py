@@ -195,7 +195,7 @@ NOT_IN_THE_RUNNER = (
     "deepdiff", "pydantic", "opentelemetry", "mitmproxy", "cryptography", "mcp", "regex", "openai", "httpx",
     "xml.etree", "html", "flowproof.report.junit", "flowproof.report.html", "flowproof.scaffold",
     "flowproof.testing", "urllib.request", "flowproof.genai_spans", "flowproof.runner.otel", "flowproof.mcp.decisions",
-    "flowproof.report.markdown",
+    "flowproof.report.markdown", "flowproof.compare", "structlog",
 )
 
 
