@@ -1,0 +1,72 @@
+"""The default addons a proxy the runner started does without.
+
+mitmproxy hands every event (a request's headers, its body, a response, each
+WebSocket message…) to every addon of its chain in turn, whether the addon has a
+hook for it or not: a context manager, a coroutine and a walk of the addon's
+children per addon per event. ``mitmdump`` starts with 35 addons; on a replayed JSON
+call that dispatch was about a third of the proxy's CPU (docs/performance.md).
+
+A proxy `flowproof.runner` started (``flowproof_control`` is set, and the runner
+alone sets it) runs with ``-q`` and the options the runner gives it, so the addons
+below can do nothing there: each serves a feature only an option the runner never
+sets turns on (saving flows, a HAR file, header and body rewrites, map-local and
+map-remote, server and client playback, sticky cookies and auth, proxy auth, a
+block list, the browser launcher), a console command (``cut``, ``export``,
+``comment``, the command history), or prints flows (the dumper, silent under
+``-q``). `drop_unused` removes them when the proxy starts running. Everything
+that shapes the traffic an agent sees stays: TLS, the proxy server, the next
+layer, the DNS resolver, the Alt-Svc rewrite, h2c and DNS HTTPS-record stripping,
+the block of non-local clients, and the onboarding app. ``mitmdump -s`` by hand
+(no control socket) keeps every addon.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+__all__ = ["UNUSED", "drop_unused"]
+
+#: mitmproxy's addons (module and class) that a proxy of the runner never uses.
+UNUSED = frozenset({
+    "mitmproxy.addons.anticache.AntiCache",
+    "mitmproxy.addons.anticomp.AntiComp",
+    "mitmproxy.addons.blocklist.BlockList",
+    "mitmproxy.addons.browser.Browser",
+    "mitmproxy.addons.command_history.CommandHistory",
+    "mitmproxy.addons.comment.Comment",
+    "mitmproxy.addons.cut.Cut",
+    "mitmproxy.addons.dumper.Dumper",
+    "mitmproxy.addons.export.Export",
+    "mitmproxy.addons.maplocal.MapLocal",
+    "mitmproxy.addons.mapremote.MapRemote",
+    "mitmproxy.addons.modifybody.ModifyBody",
+    "mitmproxy.addons.modifyheaders.ModifyHeaders",
+    "mitmproxy.addons.proxyauth.ProxyAuth",
+    "mitmproxy.addons.readfile.ReadFileStdin",
+    "mitmproxy.addons.save.Save",
+    "mitmproxy.addons.savehar.SaveHar",
+    "mitmproxy.addons.serverplayback.ServerPlayback",
+    "mitmproxy.addons.stickyauth.StickyAuth",
+    "mitmproxy.addons.stickycookie.StickyCookie",
+    "mitmproxy.addons.upstream_auth.UpstreamAuth",
+})
+
+
+def drop_unused(addons: Any) -> list[str]:
+    """Remove the `UNUSED` addons from mitmproxy's addon manager ``addons``; return the class
+    names removed, in chain order.
+
+    Removing runs an addon's ``done`` hook, which mitmproxy can only call when it is not a
+    coroutine: an addon whose ``done`` is one stays (mitmproxy 12: client playback, which is
+    not in the list anyway)."""
+    dropped: list[str] = []
+    for addon in list(addons.chain):
+        kind = type(addon)
+        if f"{kind.__module__}.{kind.__qualname__}" not in UNUSED:
+            continue
+        if inspect.iscoroutinefunction(getattr(addon, "done", None)):
+            continue
+        addons.remove(addon)
+        dropped.append(kind.__name__)
+    return dropped
