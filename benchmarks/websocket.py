@@ -12,6 +12,9 @@ interception and runs ``--turns`` turns on it. Peers, interleaved round by round
                    (benchmarks/mitm_peer.py): every frame relayed both ways
   (c) fp replay    ``mitmdump -s`` flowproof's addon replaying the same turns from a cassette
                    recorded first through flowproof; nothing reaches the fake server (checked)
+  (d) fp session   the same replay as ``flowproof-run`` serves it: a session on the proxy the
+                   runner starts (``ProxyPool``), which drops the mitmproxy addons it never
+                   uses (flowproof.addon.lean)
 
 Per frame: the connection's wall time from the first ``response.create`` to the last
 terminal event, divided by the frames it carried (client and server); proxy CPU per frame
@@ -35,7 +38,9 @@ from typing import Any
 
 import openai
 
+from flowproof.options import Mode, ProxyOptions
 from flowproof.runner.env import ensure_ca
+from flowproof.runner.proxy import ProxyPool
 from flowproof.testing import FakeModelServer, Reply
 
 BENCH = Path(__file__).resolve().parent
@@ -47,9 +52,9 @@ from run import Mitmdump, clean_env  # noqa: E402 — benchmarks/ is a folder of
 PEER_SCRIPT = BENCH / "mitm_peer.py"
 ADDON_SCRIPT = REPO / "addon" / "flowproof_addon.py"
 TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
-PEERS = ("direct", "mitm-pass", "fp-replay")
+PEERS = ("direct", "mitm-pass", "fp-replay", "fp-session")
 LABELS = {"direct": "(a) client -> fake server (floor)", "mitm-pass": "(b) mitmdump pass-through",
-          "fp-replay": "(c) flowproof replay"}
+          "fp-replay": "(c) flowproof replay, mitmdump -s", "fp-session": "(d) flowproof replay, runner's proxy"}
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -142,6 +147,22 @@ def main(argv: list[str] | None = None) -> int:
                 server.set_script([Reply.text(answer)] * args.turns)
                 seconds, frames = run_turns(direct, args.turns, {})
                 return seconds, 0.0, frames
+            if peer == "fp-session":
+                server.set_script([])
+                before_served = server.calls_served
+                with ProxyPool() as pool:
+                    session = pool.open(ProxyOptions(mode=Mode.REPLAY, cassette=cassette,
+                                                     report=tmp / "session.jsonl"), confdir)
+                    try:
+                        pid = session.process.pid
+                        cpu = proc_cpu_s(pid)
+                        seconds, frames = run_turns(proxied, args.turns, {"ssl": context, "proxy": session.url})
+                        cpu = proc_cpu_s(pid) - cpu
+                    finally:
+                        session.stop()
+                if server.calls_served != before_served:
+                    raise SystemExit("flowproof replay let a call reach the fake server")
+                return seconds, cpu, frames
             proxy: Mitmdump
             if peer == "mitm-pass":
                 server.set_script([Reply.text(answer)] * args.turns)
