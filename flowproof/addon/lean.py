@@ -3,8 +3,9 @@
 mitmproxy hands every event (a request's headers, its body, a response, each
 WebSocket message…) to every addon of its chain in turn, whether the addon has a
 hook for it or not: a context manager, a coroutine and a walk of the addon's
-children per addon per event. ``mitmdump`` starts with 35 addons; on a replayed JSON
-call that dispatch was about a third of the proxy's CPU (docs/performance.md).
+children per addon per event. ``mitmdump`` starts with 35 addons; dropping the 21
+below took the proxy's CPU per replayed JSON call from 2.61 to 1.88 ms
+(benchmarks/replay_peers.py, docs/performance.md).
 
 A proxy `flowproof.runner` started (``flowproof_control`` is set, and the runner
 alone sets it) runs with ``-q`` and the options the runner gives it, so the addons
