@@ -368,25 +368,6 @@ class TestFailures:
         assert not group_alive(proxy.process.pid)
 
 
-class TestSweepScratch:
-    def test_removes_only_dead_owners_folders(self, tmp_path: Path) -> None:
-        """A folder whose pid is gone is removed; this process's and unrelated ones stay."""
-        import subprocess as sp
-
-        from flowproof.runner.proxy import scratch_prefix, sweep_scratch
-
-        dead = sp.Popen(["true"])
-        dead.wait()
-        gone = tmp_path / f"flowproof-run-{dead.pid}-abc"
-        mine = tmp_path / f"{scratch_prefix('proxy')}xyz"
-        other = tmp_path / "flowproof-run-notapid"
-        for folder in (gone, mine, other):
-            folder.mkdir()
-            (folder / "events.jsonl").write_text("{}\n")
-        assert sweep_scratch(tmp_path) == [gone]
-        assert not gone.exists() and mine.exists() and other.exists()
-
-
 class TestPrestart:
     """`prestart`: the proxy the command line starts before its own imports (docs/performance.md)."""
 

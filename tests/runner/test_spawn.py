@@ -161,3 +161,12 @@ class TestSweepScratch:
         link.symlink_to(mine)
         assert sweep_scratch(str(tmp_path)) == [str(gone)]
         assert not gone.exists() and mine.exists() and other.exists() and link.is_symlink()
+
+    def test_the_runner_s_sweep_gives_paths(self, tmp_path: Path) -> None:
+        from flowproof.runner.proxy import sweep_scratch as sweep_paths
+
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        gone = tmp_path / f"flowproof-run-{dead.pid}-abc"
+        gone.mkdir()
+        assert sweep_paths(tmp_path) == [gone] and not gone.exists()
