@@ -173,6 +173,7 @@ _pending: tuple[int, bool, TextIO | None, frozenset[str]] | None = None
 #: The level `configure` set: a runner logger drops an event below it before structlog.
 _threshold = logging.NOTSET
 _applied = False
+_APPLY_LOCK = threading.Lock()
 
 
 def configure(
@@ -204,11 +205,17 @@ def reset() -> None:
 
 
 def _apply() -> None:
+    # Under the lock: a flow thread's first event must not reach structlog's default
+    # configuration (which prints to stdout) while another thread is configuring it.
+    with _APPLY_LOCK:
+        _apply_pending()
+
+
+def _apply_pending() -> None:
     global _pending, _applied
     if _pending is None:
         return
     level, json_lines, stream, secrets = _pending
-    _pending = None
     import structlog  # here, not at the top: see `_pending` (and the addon's `_AddonLogger`)
 
     processors: list[Processor] = [
@@ -237,7 +244,7 @@ def _apply() -> None:
         logger_factory=lambda *_args: _LineLogger(stream),
         cache_logger_on_first_use=False,
     )
-    _applied = True
+    _pending, _applied = None, True
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -293,7 +300,8 @@ class _RunnerLogger(_Levels):
               fields: dict[str, Any]) -> Any:
         if level < _threshold:
             return None
-        _apply()
+        if _pending is not None:
+            _apply()
         import structlog
 
         return getattr(structlog.get_logger(**self._initial), method)(event, *args, **fields)
