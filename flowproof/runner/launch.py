@@ -4,7 +4,7 @@ A replayed flow waits for mitmdump to start (1.5-2 s: mitmproxy's imports and th
 addon's), and before it could start the runner imported its own modules and read the
 spec and the cassette (0.7-1 s more, python -X importtime). So the entry point starts
 the proxy a run will most likely need before importing anything else
-(`flowproof.runner.proxy.prestart`), and mitmdump boots while the runner does that work;
+(`flowproof.runner.spawn.prestart`), and mitmdump boots while the runner does that work;
 the flow's session then opens on it once its ``ready`` event is in its log, as on any
 proxy. Only this module and `flowproof.runner.spawn` (the standard library's cheapest
 modules) are imported before the proxy is started.
