@@ -3,22 +3,26 @@
 mitmproxy hands every event (a request's headers, its body, a response, each
 WebSocket message…) to every addon of its chain in turn, whether the addon has a
 hook for it or not: a context manager, a coroutine and a walk of the addon's
-children per addon per event. ``mitmdump`` starts with 35 addons; dropping the 21
-below took the proxy's CPU per replayed JSON call from 2.61 to 1.88 ms
-(benchmarks/replay_peers.py, docs/performance.md).
+children per addon per event. ``mitmdump`` starts with 36 addons; dropping 21 of the
+24 below took the proxy's CPU per replayed JSON call from 2.61 to 1.88 ms, and
+the other three 2.23 to 2.07 ms on a busier run (benchmarks/replay_peers.py,
+docs/performance.md).
 
 A proxy `flowproof.runner` started (``flowproof_control`` is set, and the runner
 alone sets it) runs with ``-q`` and the options the runner gives it, so the addons
 below can do nothing there: each serves a feature only an option the runner never
 sets turns on (saving flows, a HAR file, header and body rewrites, map-local and
-map-remote, server and client playback, sticky cookies and auth, proxy auth, a
+map-remote, server playback, sticky cookies and auth, proxy auth, a
 block list, the browser launcher), a console command (``cut``, ``export``,
-``comment``, the command history), or prints flows (the dumper, silent under
-``-q``). `drop_unused` removes them when the proxy starts running. Everything
-that shapes the traffic an agent sees stays: TLS, the proxy server, the next
-layer, the DNS resolver, the Alt-Svc rewrite, h2c and DNS HTTPS-record stripping,
-the block of non-local clients, and the onboarding app. ``mitmdump -s`` by hand
-(no control socket) keeps every addon.
+``comment``, the command history), prints flows (the dumper, silent under
+``-q``), acts on DNS flows only (the resolver and the HTTPS-record stripping:
+the runner's listeners are ``regular`` and ``reverse``, which carry none; a DNS,
+``local`` or WireGuard listener would need both back), or decides at start-up
+alone (keep-serving, for a replayed flow file). `drop_unused` removes them when
+the proxy starts running. Everything that shapes the traffic an agent sees
+stays: TLS, the proxy server, the next layer, the Alt-Svc rewrite, h2c, the
+block of non-local clients, and the onboarding app. ``mitmdump -s`` by hand (no
+control socket) keeps every addon.
 """
 
 from __future__ import annotations
@@ -37,8 +41,10 @@ UNUSED = frozenset({
     "mitmproxy.addons.command_history.CommandHistory",
     "mitmproxy.addons.comment.Comment",
     "mitmproxy.addons.cut.Cut",
+    "mitmproxy.addons.dns_resolver.DnsResolver",
     "mitmproxy.addons.dumper.Dumper",
     "mitmproxy.addons.export.Export",
+    "mitmproxy.addons.keepserving.KeepServing",
     "mitmproxy.addons.maplocal.MapLocal",
     "mitmproxy.addons.mapremote.MapRemote",
     "mitmproxy.addons.modifybody.ModifyBody",
@@ -50,6 +56,7 @@ UNUSED = frozenset({
     "mitmproxy.addons.serverplayback.ServerPlayback",
     "mitmproxy.addons.stickyauth.StickyAuth",
     "mitmproxy.addons.stickycookie.StickyCookie",
+    "mitmproxy.addons.strip_dns_https_records.StripDnsHttpsRecords",
     "mitmproxy.addons.upstream_auth.UpstreamAuth",
 })
 

@@ -31,7 +31,7 @@ class TestDropUnused:
         assert after == before - UNUSED
         for kept in ("core.Core", "proxyserver.Proxyserver", "tlsconfig.TlsConfig", "next_layer.NextLayer",
                      "script.ScriptLoader", "update_alt_svc.UpdateAltSvc", "block.Block",
-                     "disable_h2c.DisableH2C", "onboarding.Onboarding", "dns_resolver.DnsResolver"):
+                     "disable_h2c.DisableH2C", "onboarding.Onboarding", "errorcheck.ErrorCheck"):
             assert f"mitmproxy.addons.{kept}" in after
         assert master.addons.get("save") is None and master.addons.get("core") is not None
 
