@@ -12,7 +12,8 @@ import json
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,30 @@ def _record(tmp_path: Path, confdir: Path, cassette: Path, server: FakeModelServ
 
 def _replay(tmp_path: Path, confdir: Path, cassette: Path, name: str) -> Mitmdump:
     return start_mitmdump(tmp_path, confdir, "flowproof_mode=replay", f"flowproof_cassette={cassette}", name=name)
+
+
+@contextmanager
+def handshake_explained(events: Callable[[], list[dict[str, Any]]], output: Callable[[], str]) -> Iterator[None]:
+    """An upgrade that gets no answer at all (websockets' handshake timeout) fails with what
+    the proxy logged and printed by then: that hang has been seen, rarely, and never again
+    on a rerun, so the first failure has to carry its own evidence."""
+    try:
+        yield
+    except TimeoutError as e:
+        raise AssertionError(
+            f"the upgrade got no answer ({e}); the proxy's events: {events()}; its output: {output()[-3000:]}"
+        ) from e
+
+
+def _output_of(tmp_path: Path, name: str) -> Callable[[], str]:
+    """What `start_mitmdump` captured of the proxy named ``name``."""
+    return lambda: (tmp_path / f"{name}.stderr").read_text(errors="replace")
+
+
+def test_a_handshake_that_hangs_fails_with_the_proxy_s_evidence() -> None:
+    with pytest.raises(AssertionError, match=r"no answer \(timed out\).*'event': 'ready'.*its output: boot"):
+        with handshake_explained(lambda: [{"event": "ready"}], lambda: "boot"):
+            raise TimeoutError("timed out")
 
 
 class TestRecord:
@@ -293,7 +318,8 @@ class TestReplay:
             session = pool.open(ProxyOptions(mode=Mode.REPLAY, cassette=cassette, report=tmp_path / "s.jsonl"),
                                 confdir)
             try:
-                ends = weather_agent(session, bundle)  # type: ignore[arg-type]
+                with handshake_explained(session.events, session.stderr_tail):
+                    ends = weather_agent(session, bundle)  # type: ignore[arg-type]
             finally:
                 session.stop()
             events = session.events()
@@ -331,7 +357,8 @@ class TestReplay:
         proxy = _replay(tmp_path, confdir, cassette, "http-only")
         try:
             with pytest.raises(Exception) as refused:  # noqa: B017 — websockets' handshake error
-                _connect(proxy, bundle).enter()
+                with handshake_explained(proxy.events, _output_of(tmp_path, "http-only")):
+                    _connect(proxy, bundle).enter()
             assert proxy.stop() == 0
         finally:
             proxy.kill()
