@@ -48,11 +48,9 @@ __all__ = [
     "ProxyKind",
     "ProxyPool",
     "ProxyProcess",
-    "addon_script_path",
     "default_ca_dir",
     "free_port",
     "mitmdump_executable",
-    "prestart",
     "read_events",
     "scratch_prefix",
     "session_request",
@@ -95,11 +93,6 @@ def mitmdump_executable() -> str:
     return found
 
 
-def addon_script_path(scratch: Path) -> Path:
-    """The ``mitmdump -s`` script (`flowproof.runner.spawn.addon_script`)."""
-    return Path(spawn.addon_script(str(scratch)))
-
-
 def read_events(path: Path) -> list[dict[str, Any]]:
     """Parse a JSON-lines event log; a partial or garbled last line is skipped (still being written).
 
@@ -110,13 +103,6 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ orphan-proofing
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def sweep_scratch(root: Path | None = None) -> list[Path]:
     """Remove scratch folders left by runners that no longer exist (killed with SIGKILL);
     return what was removed. A folder of a live process is never touched."""
@@ -124,12 +110,6 @@ def sweep_scratch(root: Path | None = None) -> list[Path]:
 
 
 # ------------------------------------------------------------------ the proxy started first
-
-
-def prestart(kind: ProxyKind) -> None:
-    """Start the proxy a run will most likely ask for, and return at once
-    (`flowproof.runner.spawn.prestart`, which the console scripts call themselves)."""
-    spawn.prestart(*kind.key)
 
 
 def _take_early(kind: ProxyKind | None) -> ProxyProcess | None:

@@ -31,9 +31,7 @@ from flowproof.runner.proxy import (
     ProxyKind,
     ProxyPool,
     ProxyProcess,
-    addon_script_path,
     free_port,
-    prestart,
     read_events,
     session_request,
     start_proxy,
@@ -193,7 +191,7 @@ class TestStartProxy:
     def test_env_override_of_addon_script(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """$FLOWPROOF_ADDON_SCRIPT replaces the addon script, and is part of the pool's kind."""
         monkeypatch.setenv("FLOWPROOF_ADDON_SCRIPT", str(FAKE_ADDON))
-        assert addon_script_path(tmp_path) == FAKE_ADDON
+        assert Path(spawn_module.addon_script(str(tmp_path))) == FAKE_ADDON
         assert ProxyPool().kind(ProxyOptions(), tmp_path).script == FAKE_ADDON
 
 
@@ -375,7 +373,7 @@ class TestPrestart:
         self, tmp_path: Path, ca_dir: Path, pool: ProxyPool
     ) -> None:
         """The flow's session opens on the proxy started early: no second mitmdump."""
-        prestart(ProxyKind(ca_dir, lazy=True))
+        spawn_module.prestart(*ProxyKind(ca_dir, lazy=True).key)
         (early,) = spawn_module.EARLY
         session = pool.open(options(tmp_path, "a"), ca_dir)
         assert session.process.spawned is early and pool.starts == 1 and spawn_module.EARLY == []
@@ -388,7 +386,7 @@ class TestPrestart:
     ) -> None:
         """A record flow cannot use a lazy proxy: the guess is killed (its scratch folder
         removed) and the flow gets a proxy of its own kind."""
-        prestart(ProxyKind(ca_dir, lazy=True))
+        spawn_module.prestart(*ProxyKind(ca_dir, lazy=True).key)
         (early,) = spawn_module.EARLY
         session = pool.open(options(tmp_path, "r", mode=Mode.RECORD), ca_dir)
         assert session.process.spawned is not early and pool.starts == 1
@@ -398,9 +396,8 @@ class TestPrestart:
     def test_one_no_pool_took_is_killed_when_the_runner_exits(self, ca_dir: Path, ca_files: Any) -> None:
         """A run that never opens a session (a spec that does not load) leaves nothing running."""
         code = (
-            "import sys; from pathlib import Path; from flowproof.runner.proxy import ProxyKind, prestart; "
-            "from flowproof.runner.spawn import EARLY; "
-            f"prestart(ProxyKind(Path({str(ca_dir)!r}), lazy=True)); print(EARLY[0].pid, EARLY[0].scratch.name)"
+            "import sys; from flowproof.runner.spawn import EARLY, prestart; "
+            f"prestart({str(ca_dir)!r}, True); print(EARLY[0].pid, EARLY[0].scratch.name)"
         )
         env = {k: v for k, v in os.environ.items() if k != "FLOWPROOF_ADDON_SCRIPT"}
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
