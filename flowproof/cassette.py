@@ -20,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import codecs
 import gc
 import json
 import os
@@ -34,7 +35,7 @@ from typing import Any
 from flowproof import __version__
 from flowproof.advice import GENERIC_RECORD_COMMAND
 from flowproof.errors import CassetteError, CassetteNotFoundError
-from flowproof.files import UnreadableFileError, read_regular_file
+from flowproof.files import UnreadableFileError, iter_regular_file, read_regular_file
 from flowproof.mcp import McpExchange, exchange_from_json, exchange_to_json
 from flowproof.mcp.stdio import StdioSession, session_from_json, session_to_json
 from flowproof.options import Route
@@ -71,8 +72,9 @@ CASSETTE_FORMAT = 2
 WEBSOCKET_FORMAT = 2
 #: The method a WebSocket turn's request is stored with: the frame is not an HTTP request.
 WEBSOCKET_METHOD = "WEBSOCKET"
-#: A cassette over this size is refused unread: the reader holds it whole in memory, twice
-#: over while it parses (10,000 turns are about 40 MB; docs/performance.md).
+#: A cassette over this size is refused unread. A file `save_cassette` wrote is parsed a turn
+#: at a time; any other is held whole in memory, twice over while it parses (10,000 turns
+#: are about 40 MB; docs/performance.md).
 MAX_CASSETTE_BYTES = 512 * 1024 * 1024
 
 _ROUTES: tuple[str, ...] = tuple(r.value for r in Route)
@@ -678,11 +680,139 @@ def load_cassette(path: Path | str, *, record_command: str = GENERIC_RECORD_COMM
     ``record_command``; nothing ever records implicitly.
     """
     p = Path(path)
-    # The file's bytes, its text and the parsed document are each about the file's size: the
-    # bytes are freed once decoded and the text once parsed (neither is a local here), so the
-    # peak holds two of them, never three (docs/performance.md).
     with _collector_paused():
-        return _Reader(p).cassette(_parse(_read_text(p, record_command), p))
+        doc = _parse_by_turn(p)
+        if doc is None:
+            # Not laid out as save_cassette writes it, or not valid: read whole, which names
+            # the problem. The bytes are freed once decoded and the text once parsed (neither
+            # is a local here), so the peak holds two copies of the file, never three.
+            doc = _parse(_read_text(p, record_command), p)
+        return _Reader(p).cassette(doc)
+
+
+_STREAM_CHUNK = 1 << 20
+_DECODER = json.JSONDecoder()
+_WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's own
+
+
+def _parse_by_turn(p: Path) -> Any | None:
+    """The document `_parse` would make of the file, read a megabyte at a time and parsed one
+    turn at a time, so that the file's text never sits beside all of its parsed objects: those
+    two together were the peak of a big cassette's load, twice its size (docs/performance.md).
+
+    Only the top level (an object) and the ``turns`` array are walked here; every turn and
+    every other value is parsed by `json`'s own scanner. Anything that is not that shape or
+    not valid JSON, and an unreadable path, gives None: the caller reads the file whole, which
+    names the problem.
+    """
+    chunks = iter_regular_file(p, MAX_CASSETTE_BYTES, _STREAM_CHUNK)
+    try:
+        return _document(_TextStream(chunks))
+    except (OSError, ValueError, RecursionError):  # UnreadableFileError and JSONDecodeError are ValueErrors
+        return None
+    finally:
+        chunks.close()
+
+
+def _document(s: _TextStream) -> dict[str, Any] | None:
+    if not s.take("{"):
+        return None
+    doc: dict[str, Any] = {}
+    more = not s.take("}")
+    while more:
+        if s.peek() != '"':
+            return None
+        key = s.value()
+        if not s.take(":"):
+            return None
+        if key == "turns" and s.take("["):
+            turns = _items(s)
+            if turns is None:
+                return None
+            doc[key] = turns
+        else:
+            doc[key] = s.value()
+        more = s.take(",")
+        if not more and not s.take("}"):
+            return None
+    return doc if s.peek() == "" else None  # json.loads refuses anything after the document
+
+
+def _items(s: _TextStream) -> list[Any] | None:
+    """The rest of an array whose ``[`` was taken, each item parsed as soon as it is read."""
+    items: list[Any] = []
+    if s.take("]"):
+        return items
+    while True:
+        items.append(s.value())
+        after = s.peek()
+        if after != ",":
+            return items if s.take("]") else None
+        s.take(",")
+
+
+class _TextStream:
+    """A file's text, decoded as it is read, with a cursor; what lies before it is dropped."""
+
+    __slots__ = ("_chunks", "_decoder", "_text", "_at", "_ended")
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        # surrogateescape, as the whole-file read: invalid UTF-8 round-trips byte for byte.
+        self._decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+        self._text = ""
+        self._at = 0
+        self._ended = False
+
+    def _more(self) -> bool:
+        """Read on, at least as much again as is held past the cursor (a value longer than one
+        read is parsed again a few times, not once per read); False at the end of the file."""
+        if self._ended:
+            return False
+        parts = [self._text[self._at:]]
+        want, got = max(len(parts[0]), 1), 0
+        while got < want:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                parts.append(self._decoder.decode(b"", final=True))
+                self._ended = True
+                break
+            parts.append(self._decoder.decode(chunk))
+            got += len(chunk)
+        self._text, self._at = "".join(parts), 0
+        return True
+
+    def peek(self) -> str:
+        """The next character that is not whitespace (the cursor moves to it); "" at the end."""
+        while True:
+            match = _WHITESPACE.match(self._text, self._at)
+            self._at = match.end() if match else self._at
+            if self._at < len(self._text):
+                return self._text[self._at]
+            if not self._more():
+                return ""
+
+    def take(self, char: str) -> bool:
+        """Step over ``char`` if it comes next."""
+        if self.peek() != char:
+            return False
+        self._at += 1
+        return True
+
+    def value(self) -> Any:
+        """The JSON value at the cursor, which moves past it."""
+        self.peek()  # the scanner takes no whitespace before a value
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self._text, self._at)
+            except ValueError:
+                if self._more():  # it may go on in the next read
+                    continue
+                raise
+            if end + 2 >= len(self._text) and self._more():
+                continue  # a number may go on in the next read ("1" of "12"; "1" of "1.5" is "1.")
+            self._at = end
+            return value
 
 
 def _read_text(p: Path, record_command: str) -> str:

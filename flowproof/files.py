@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Generator
 from pathlib import Path
 
-__all__ = ["UnreadableFileError", "read_regular_file"]
+__all__ = ["UnreadableFileError", "iter_regular_file", "read_regular_file"]
 
 #: What a file that is not a regular one is, as a message says it.
 _KINDS = (
@@ -46,7 +47,20 @@ def read_regular_file(path: Path | str, limit: int) -> bytes:
     Raises `UnreadableFileError` for anything that is not a regular file and for a
     file over ``limit`` bytes, `OSError` when it cannot be opened or read.
     """
-    p = Path(path)
+    # The first read asks for the whole recorded size (and a byte more), so a big file is
+    # one read and no join: no second copy of it.
+    chunks = list(_chunks(Path(path), limit, whole=True))
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def iter_regular_file(path: Path | str, limit: int, chunk_size: int = _CHUNK) -> Generator[bytes, None, None]:
+    """The bytes of the regular file at ``path`` in pieces of at most ``chunk_size``, with
+    `read_regular_file`'s checks and errors: for a caller that never needs the whole file
+    in memory at once. The file is closed when the iterator ends or is closed."""
+    return _chunks(Path(path), limit, chunk_size=chunk_size)
+
+
+def _chunks(p: Path, limit: int, *, whole: bool = False, chunk_size: int = _CHUNK) -> Generator[bytes, None, None]:
     # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
     fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
@@ -56,18 +70,15 @@ def read_regular_file(path: Path | str, limit: int) -> bytes:
             raise UnreadableFileError(p, kind=kind)
         if info.st_size > limit:
             raise UnreadableFileError(p, size=info.st_size)
-        chunks: list[bytes] = []
         total = 0
         # The size on record may be wrong (a /proc file says 0, a file may grow): read to
-        # one byte past the limit and no further. The first read asks for the whole recorded
-        # size (and a byte more), so a big file is one read and no join: no second copy of it.
-        want = max(info.st_size + 1, _CHUNK)
+        # one byte past the limit and no further.
+        want = max(info.st_size + 1, chunk_size) if whole else chunk_size
         while chunk := os.read(fd, min(want, limit + 1 - total)):
-            chunks.append(chunk)
             total += len(chunk)
             if total > limit:
                 raise UnreadableFileError(p, size=total)
-            want = _CHUNK
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            yield chunk
+            want = chunk_size
     finally:
         os.close(fd)

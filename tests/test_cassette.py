@@ -6,6 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from flowproof.cassette import (
     CASSETTE_FORMAT,
@@ -307,15 +309,123 @@ class TestLazyEvents:
         import flowproof.cassette as cassette_module
 
         seen: list[bool] = []
-        real = json.loads
-        monkeypatch.setattr(cassette_module.json, "loads", lambda text: seen.append(gc.isenabled()) or real(text))
+        by_turn, whole = cassette_module._parse_by_turn, cassette_module._parse
+        monkeypatch.setattr(cassette_module, "_parse_by_turn", lambda p: seen.append(gc.isenabled()) or by_turn(p))
+        monkeypatch.setattr(cassette_module, "_parse", lambda t, p: seen.append(gc.isenabled()) or whole(t, p))
         path = tmp_path / "c.json"
         save_cassette(Cassette((make_turn(0),)), path)
         load_cassette(path)
         path.write_text("{")
         with pytest.raises(CassetteError):
             load_cassette(path)
-        assert seen == [False, False] and gc.isenabled()
+        # A saved file is parsed a turn at a time; a damaged one is tried so, then read whole.
+        assert seen == [False, False, False] and gc.isenabled()
+
+
+#: Any JSON value (the document's other keys, and turns the reader would refuse).
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+#: Ways a cassette may be laid out: save_cassette's own, compact, other indents.
+layouts = st.sampled_from([{"indent": 2, "ensure_ascii": False}, {"separators": (",", ":")},
+                           {"indent": 4}, {"indent": "\t", "ensure_ascii": False}, {}])
+
+
+class TestParseByTurn:
+    """A cassette file is read a megabyte and parsed a turn at a time: the same document as
+    ``json.loads`` of the whole text, without the text and all of the parsed turns at once."""
+
+    @pytest.fixture(autouse=True)
+    def tiny_reads(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        # Reads of a few bytes: every value, number and UTF-8 sequence is cut by some read.
+        import flowproof.cassette as cassette_module
+
+        monkeypatch.setattr(cassette_module, "_STREAM_CHUNK", 5)
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(turns=st.lists(json_values, max_size=5), rest=st.dictionaries(st.text(max_size=8), json_values, max_size=3),
+           layout=layouts, read=st.integers(1, 9))
+    def test_any_layout_parses_as_json_loads_does(self, tmp_path: Path, turns: list, rest: dict, layout: dict,
+                                                  read: int):
+        from flowproof.cassette import MAX_CASSETTE_BYTES, _document, _TextStream
+        from flowproof.files import iter_regular_file
+
+        path = tmp_path / "c.json"
+        text = json.dumps({**rest, "turns": turns}, **layout)
+        path.write_text(text, encoding="utf-8")
+        assert _document(_TextStream(iter_regular_file(path, MAX_CASSETTE_BYTES, read))) == json.loads(text)
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(text=st.text(alphabet=st.sampled_from(list('{}[],:" \n0123456789.e-tnrufals\\é')), max_size=40)
+           .map(lambda t: '{"turns": [' + t))
+    def test_text_json_refuses_is_refused(self, tmp_path: Path, text: str):
+        """Whatever ``json.loads`` refuses (or finds not an object) gives None: the caller then
+        reads the file whole and names the problem."""
+        from flowproof.cassette import _parse_by_turn
+
+        path = tmp_path / "c.json"
+        path.write_text(text, encoding="utf-8")
+        try:
+            expected = json.loads(text)
+        except ValueError:
+            expected = None
+        got = _parse_by_turn(path)
+        assert got == (expected if isinstance(expected, dict) else None)
+
+    def test_a_saved_cassette_round_trips_through_it(self, tmp_path: Path):
+        from flowproof.cassette import _parse_by_turn
+
+        path = tmp_path / "c.json"
+        turns = (make_turn(0), make_turn(1, sse_response()), make_turn(2, body=chat_body("é\U0001f600")))
+        save_cassette(Cassette(turns), path)
+        assert _parse_by_turn(path) == json.loads(path.read_text(encoding="utf-8"))
+
+    def test_a_stream_that_is_not_utf8_reads_as_the_whole_file_does(self, tmp_path: Path):
+        from flowproof.cassette import _parse_by_turn, _read_text
+
+        path = tmp_path / "c.json"
+        path.write_bytes(b'{"turns": [{"raw": "\xff\xfe ok"}], "format": 1}')
+        expected = {"turns": [{"raw": "\udcff\udcfe ok"}], "format": 1}
+        assert _parse_by_turn(path) == json.loads(_read_text(path, "")) == expected
+
+    def test_a_duplicate_turns_key_keeps_the_last_as_json_loads_does(self, tmp_path: Path):
+        from flowproof.cassette import _parse_by_turn
+
+        path = tmp_path / "c.json"
+        text = '{"turns": [1, 2], "format": 1, "turns": [3]}'
+        path.write_text(text)
+        assert _parse_by_turn(path) == json.loads(text) == {"turns": [3], "format": 1}
+
+    def test_the_whole_text_is_never_held(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        """The text held at any moment is about one read and one turn, whatever the file's size."""
+        import flowproof.cassette as cassette_module
+
+        monkeypatch.setattr(cassette_module, "_STREAM_CHUNK", 4096)
+        held: list[int] = []
+        more = cassette_module._TextStream._more
+
+        def watched(stream: cassette_module._TextStream) -> bool:
+            grew = more(stream)
+            held.append(len(stream._text))
+            return grew
+
+        monkeypatch.setattr(cassette_module._TextStream, "_more", watched)
+        path = tmp_path / "c.json"
+        turns = tuple(make_turn(i, body=chat_body(f"question {i} " + "x" * 1000)) for i in range(300))
+        save_cassette(Cassette(turns), path)
+        size = path.stat().st_size
+        loaded = load_cassette(path)
+        assert loaded.turns == turns
+        turn_size = max(len(json.dumps(t)) for t in json.loads(path.read_text())["turns"])
+        assert size > 100 * 4096 and max(held) <= 2 * (4096 + turn_size)
+
+    def test_a_file_it_cannot_read_gives_none(self, tmp_path: Path):
+        from flowproof.cassette import _parse_by_turn
+
+        assert _parse_by_turn(tmp_path / "missing.json") is None
+        assert _parse_by_turn(tmp_path) is None
 
 
 class TestSave:

@@ -9,7 +9,7 @@ import pytest
 
 from flowproof.cassette import load_cassette
 from flowproof.errors import CassetteError, SpecError
-from flowproof.files import UnreadableFileError, read_regular_file
+from flowproof.files import UnreadableFileError, iter_regular_file, read_regular_file
 from flowproof.spec import load_spec
 
 
@@ -64,6 +64,38 @@ class TestReadRegularFile:
     def test_a_missing_file_is_the_os_error(self, tmp_path: Path) -> None:
         with pytest.raises(FileNotFoundError):
             read_regular_file(tmp_path / "none", 10)
+
+
+class TestIterRegularFile:
+    def test_the_pieces_are_the_file_and_none_is_over_the_size(self, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+        path = tmp_path / "f"
+        path.write_bytes(bytes(range(256)) * 40)
+        reads: list[int] = []
+        real = os.read
+        monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real(fd, n))
+        pieces = list(iter_regular_file(path, 1 << 20, 1000))
+        assert b"".join(pieces) == path.read_bytes() and max(map(len, pieces)) == 1000
+        assert max(reads) == 1000
+
+    def test_it_checks_as_read_regular_file_does(self, tmp_path: Path) -> None:
+        os.mkfifo(tmp_path / "fifo")
+        with pytest.raises(UnreadableFileError) as caught:
+            next(iter_regular_file(tmp_path / "fifo", 10))
+        assert caught.value.kind == "a FIFO (named pipe)"
+        with pytest.raises(UnreadableFileError) as caught:
+            list(iter_regular_file(Path("/proc/self/status"), 100, 7))
+        assert caught.value.size is not None and caught.value.size <= 101
+
+    def test_closing_it_early_closes_the_file(self, tmp_path: Path) -> None:
+        path = tmp_path / "f"
+        path.write_bytes(b"x" * 100)
+        before = len(os.listdir("/proc/self/fd"))
+        pieces = iter_regular_file(path, 1000, 10)
+        next(pieces)
+        assert len(os.listdir("/proc/self/fd")) == before + 1
+        pieces.close()
+        assert len(os.listdir("/proc/self/fd")) == before
 
 
 class TestTheCallersSayWhichFile:
