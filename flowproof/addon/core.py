@@ -25,7 +25,7 @@ from mitmproxy.addonmanager import Loader
 
 from flowproof.addon.compare import Compare
 from flowproof.addon.eventlog import EventLog
-from flowproof.addon.lean import drop_unused
+from flowproof.addon.lean import drop_unused, skip_idle
 from flowproof.addon.mcp import McpBoundary
 from flowproof.addon.options import AddonConfig, options_by_hand
 from flowproof.addon.record import Record
@@ -199,6 +199,7 @@ class Flowproof:
             ctx.options.update(mode=[])
             # Only the runner starts a proxy with a control socket: what it never uses goes.
             log.debug("addons_dropped", names=",".join(drop_unused(ctx.master.addons)))
+            skip_idle(ctx.master.addons)
             self.warm.start()
             self.shared.events.write(ReadyEvent((), "warm"))
             log.info("proxy_ready", mode="warm")

@@ -23,6 +23,10 @@ the proxy starts running. Everything that shapes the traffic an agent sees
 stays: TLS, the proxy server, the next layer, the Alt-Svc rewrite, h2c, the
 block of non-local clients, and the onboarding app. ``mitmdump -s`` by hand (no
 control socket) keeps every addon.
+
+Of the addons that stay, most have no hook for most events, yet mitmproxy still
+enters each of them for each event; `skip_idle` makes the same proxy pass over
+an addon that has neither the event's hook nor children.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-__all__ = ["UNUSED", "drop_unused"]
+from mitmproxy import exceptions, hooks
+from mitmproxy.addonmanager import safecall
+
+__all__ = ["UNUSED", "drop_unused", "skip_idle"]
 
 #: mitmproxy's addons (module and class) that a proxy of the runner never uses.
 UNUSED = frozenset({
@@ -78,3 +85,28 @@ def drop_unused(addons: Any) -> list[str]:
         addons.remove(addon)
         dropped.append(kind.__name__)
     return dropped
+
+
+def skip_idle(addons: Any) -> None:
+    """Make the addon manager ``addons`` pass over, in each event it triggers, an addon with
+    neither that event's hook nor children, instead of entering it.
+
+    mitmproxy's ``trigger_event`` enters every addon of the chain for every event (and a
+    flow's event twice: the event, then ``update``): a context manager, a coroutine, and a
+    generator walking the addon and its children for a hook, per addon. For an addon with
+    neither, that finds nothing and calls nothing. Every other addon is entered exactly as
+    mitmproxy does, in chain order, with its error handling and ``AddonHalt``; an attribute
+    named like the hook that is not None goes that way too (mitmproxy decides what it is)."""
+
+    async def trigger_event(event: hooks.Hook) -> None:
+        name = event.name
+        for addon in addons.chain:
+            if getattr(addon, name, None) is None and not hasattr(addon, "addons"):
+                continue
+            try:
+                with safecall():
+                    await addons.invoke_addon(addon, event)
+            except exceptions.AddonHalt:
+                return
+
+    addons.trigger_event = trigger_event

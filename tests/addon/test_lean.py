@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
-from mitmproxy import options
+from mitmproxy import exceptions, hooks, options
 from mitmproxy.addons import clientplayback, dumper, save
-from mitmproxy.test import taddons
+from mitmproxy.http import HTTPFlow
+from mitmproxy.proxy.layers.http import HttpRequestHook
+from mitmproxy.test import taddons, tflow
 from mitmproxy.tools.dump import DumpMaster
 
 from flowproof.addon import Flowproof, lean
-from flowproof.addon.lean import UNUSED, drop_unused
+from flowproof.addon.lean import UNUSED, drop_unused, skip_idle
 
 
 def kinds(chain: list[object]) -> set[str]:
@@ -44,6 +47,90 @@ class TestDropUnused:
         assert master.addons.get("clientplayback") is not None
 
 
+class Recorder:
+    """An addon that notes each call of its hooks in a shared list."""
+
+    def __init__(self, name: str, calls: list[str], *, halts: bool = False):
+        self.name, self.calls, self.halts = name, calls, halts
+
+    def request(self, flow: HTTPFlow) -> None:
+        self.calls.append(f"{self.name}.request")
+        if self.halts:
+            raise exceptions.AddonHalt
+
+
+class Silent:
+    """No hooks, no children: the kind of addon `skip_idle` passes over."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class Parent:
+    """No hook of its own; its children have: it must still be entered."""
+
+    def __init__(self, name: str, children: list[object]) -> None:
+        self.name, self.addons = name, children
+
+
+class Failing:
+    def request(self, flow: HTTPFlow) -> None:
+        raise RuntimeError("boom")
+
+
+class NotCallable:
+    request = "not a function"
+
+
+def chain(calls: list[str]) -> list[object]:
+    return [Recorder("a", calls), Silent("s1"), Failing(),
+            Parent("p", [Silent("s2"), Recorder("c", calls)]),
+            NotCallable(), Recorder("halt", calls, halts=True), Recorder("after", calls)]
+
+
+class TestSkipIdle:
+    async def delivered(self, patched: bool, caplog: pytest.LogCaptureFixture) -> tuple[list[str], list[str]]:
+        calls: list[str] = []
+        master = DumpMaster(options.Options(), with_termlog=False, with_dumper=False)
+        master.addons.add(*chain(calls))
+        if patched:
+            skip_idle(master.addons)
+        caplog.clear()
+        await master.addons.trigger_event(HttpRequestHook(tflow.tflow()))
+        await master.addons.handle_lifecycle(HttpRequestHook(tflow.tflow()))
+        errors = [re.sub(r" at 0x[0-9a-f]+", "", r.getMessage().splitlines()[0])
+                  for r in caplog.records if r.levelname == "ERROR"]
+        return calls, errors
+
+    async def test_every_hook_runs_as_mitmproxys_own_loop_runs_it(self, caplog: pytest.LogCaptureFixture) -> None:
+        """Same hooks in the same order, children included, the same errors logged, and an
+        AddonHalt still stops the rest of the chain."""
+        plain = await self.delivered(False, caplog)
+        assert plain == await self.delivered(True, caplog)
+        calls, errors = plain
+        assert calls == ["a.request", "c.request", "halt.request"] * 2
+        assert any("boom" in e for e in errors) and any("not callable" in e for e in errors)
+
+    async def test_an_addon_with_neither_hook_nor_children_is_not_entered(self) -> None:
+        master = DumpMaster(options.Options(), with_termlog=False, with_dumper=False)
+        drop_unused(master.addons)
+        entered: list[str] = []
+        invoke = master.addons.invoke_addon
+
+        async def noting(addon: object, event: hooks.Hook) -> None:
+            entered.append(type(addon).__name__)
+            await invoke(addon, event)
+
+        master.addons.invoke_addon = noting  # type: ignore[method-assign]
+        await master.addons.trigger_event(HttpRequestHook(tflow.tflow()))
+        every = len(entered)
+        entered.clear()
+        skip_idle(master.addons)
+        await master.addons.trigger_event(HttpRequestHook(tflow.tflow()))
+        with_request = [type(a).__name__ for a in master.addons.chain if hasattr(a, "request") or hasattr(a, "addons")]
+        assert entered == with_request and 0 < len(entered) < every
+
+
 class TestOnlyTheRunnersProxy:
     async def test_a_proxy_with_a_control_socket_drops_them_when_it_runs(self, tmp_path: Path) -> None:
         addon = Flowproof()
@@ -55,6 +142,7 @@ class TestOnlyTheRunnersProxy:
                 chain = kinds(tctx.master.addons.chain)
                 assert "flowproof.addon.core.Flowproof" in chain and "mitmproxy.addons.core.Core" in chain
                 assert not chain & {"mitmproxy.addons.save.Save", "mitmproxy.addons.dumper.Dumper"}
+                assert "skip_idle" in tctx.master.addons.trigger_event.__qualname__
             finally:
                 addon.done()
 
@@ -66,3 +154,4 @@ class TestOnlyTheRunnersProxy:
                                 flowproof_report=str(tmp_path / "events.jsonl"))
             addon.running()
             assert tctx.master.addons.get("save") is not None
+            assert "skip_idle" not in tctx.master.addons.trigger_event.__qualname__
