@@ -13,6 +13,9 @@
   upstream: the least any replaying addon inside mitmproxy can cost per call
   (the proxy's own TLS, HTTP parsing and response writing), so the floor of a
   proxy-route replay.
+- ``--set bench_lean=true`` with it drops, once mitmdump runs, the default addons
+  a proxy ``flowproof-run`` started drops (`flowproof.addon.lean`): the floor of
+  flowproof's own proxy route, with the same addon chain.
 
 Not loaded for ``--server-replay``: that peer never reaches an upstream.
 """
@@ -34,6 +37,13 @@ class BenchPeer:
         loader.add_option("bench_upstream", str, "", "http://host:port that api.openai.com goes to")
         loader.add_option("bench_tap", bool, False, "stream response bodies through a copying tap")
         loader.add_option("bench_canned", str, "", "a flow file whose first response answers every request")
+        loader.add_option("bench_lean", bool, False, "drop the addons a runner's proxy drops")
+
+    def running(self) -> None:
+        if ctx.options.bench_lean:
+            from flowproof.addon.lean import drop_unused
+
+            drop_unused(ctx.master.addons)
 
     def configure(self, updated: set[str]) -> None:
         if "bench_canned" in updated and ctx.options.bench_canned:

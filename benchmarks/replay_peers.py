@@ -7,6 +7,8 @@ interleaved round by round): only
   (c) mitm replay  ``mitmdump --server-replay``
   (e) fp proxy     ``flowproof-run`` replay, route proxy
   (g) mitm canned  ``mitmdump`` answering every call with one saved response (the floor of a replay)
+  (h) mitm canned-lean  the same, with the addon chain of a proxy ``flowproof-run`` started
+                   (`flowproof.addon.lean`): the floor of flowproof's proxy route
 
 for JSON sequential and SSE 8-client calls. It prints, per peer and column, the
 median over rounds of the proxy process's own CPU per call (every thread, from
@@ -36,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import run  # noqa: E402 — benchmarks/ is a folder of scripts, found through sys.path
 
-PEERS = ("floor", "mitm-replay", "mitm-canned", "fp-proxy")
+PEERS = ("floor", "mitm-replay", "mitm-canned", "mitm-canned-lean", "fp-proxy")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,14 +116,14 @@ def render(args: argparse.Namespace, peers: tuple[str, ...], samples: dict[str, 
         lines.append(row)
     lines.append("")
     for fp in [p for p in peers if p.startswith("fp-")]:
-        for other in ("mitm-canned", "mitm-replay"):
+        for other in ("mitm-canned-lean", "mitm-canned", "mitm-replay"):
             cells = []
             for n in names:
                 a, b = med(n, fp, "proxy_cpu_ms"), med(n, other, "proxy_cpu_ms")
                 oa = med(n, fp, "cpu_ms") - med(n, "floor", "cpu_ms")
                 ob = med(n, other, "cpu_ms") - med(n, "floor", "cpu_ms")
                 cells.append(f"{a / b:6.2f}x proxy, {run.ratio(oa, ob):>6s} +floor")
-            lines.append(f"{fp} / {other:12s}" + "".join(f"{c:>33s}" for c in cells))
+            lines.append(f"{fp} / {other:16s}" + "".join(f"{c:>33s}" for c in cells))
     return "\n".join(lines)
 
 

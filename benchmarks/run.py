@@ -362,10 +362,11 @@ class Bench:
                 finally:
                     proxy.stop()
                 return Sample.of(result, time.perf_counter() - started, cfg.concurrency)
-        if peer == "mitm-canned":
+        if peer in ("mitm-canned", "mitm-canned-lean"):
             with self.offline(peer):
                 started = time.perf_counter()
-                proxy = Mitmdump(d, self.confdir, "-s", str(PEER_SCRIPT), "--set", f"bench_canned={d / 'flows.mitm'}")
+                proxy = Mitmdump(d, self.confdir, "-s", str(PEER_SCRIPT), "--set", f"bench_canned={d / 'flows.mitm'}",
+                                 "--set", f"bench_lean={str(peer == 'mitm-canned-lean').lower()}")
                 try:
                     result, _ = run_agent(cfg, self.calls, self.proxy_env(proxy), self.out)
                 finally:
