@@ -72,9 +72,9 @@ CASSETTE_FORMAT = 2
 WEBSOCKET_FORMAT = 2
 #: The method a WebSocket turn's request is stored with: the frame is not an HTTP request.
 WEBSOCKET_METHOD = "WEBSOCKET"
-#: A cassette over this size is refused unread. A file `save_cassette` wrote is parsed a turn
-#: at a time; any other is held whole in memory, twice over while it parses (10,000 turns
-#: are about 40 MB; docs/performance.md).
+#: A cassette over this size is refused unread. A valid one is parsed a turn at a time; a
+#: damaged one is then read whole to name the problem, twice over in memory while it parses
+#: (10,000 turns are about 40 MB; docs/performance.md).
 MAX_CASSETTE_BYTES = 512 * 1024 * 1024
 
 _ROUTES: tuple[str, ...] = tuple(r.value for r in Route)
@@ -683,9 +683,9 @@ def load_cassette(path: Path | str, *, record_command: str = GENERIC_RECORD_COMM
     with _collector_paused():
         doc = _parse_by_turn(p)
         if doc is None:
-            # Not laid out as save_cassette writes it, or not valid: read whole, which names
-            # the problem. The bytes are freed once decoded and the text once parsed (neither
-            # is a local here), so the peak holds two copies of the file, never three.
+            # Not a JSON object, or unreadable: read whole, which names the problem. The bytes
+            # are freed once decoded and the text once parsed (neither is a local here), so the
+            # peak holds two copies of the file, never three.
             doc = _parse(_read_text(p, record_command), p)
         return _Reader(p).cassette(doc)
 
