@@ -745,10 +745,8 @@ def _items(s: _TextStream) -> list[Any] | None:
         return items
     while True:
         items.append(s.value())
-        after = s.peek()
-        if after != ",":
+        if not s.take(","):
             return items if s.take("]") else None
-        s.take(",")
 
 
 class _TextStream:
@@ -786,7 +784,8 @@ class _TextStream:
         """The next character that is not whitespace (the cursor moves to it); "" at the end."""
         while True:
             match = _WHITESPACE.match(self._text, self._at)
-            self._at = match.end() if match else self._at
+            assert match is not None  # it matches the empty string too
+            self._at = match.end()
             if self._at < len(self._text):
                 return self._text[self._at]
             if not self._more():
