@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mitmproxy import ctx, exceptions, tls
 from mitmproxy.addonmanager import Loader
+from mitmproxy.proxy import layer
 
 from flowproof.addon.compare import Compare
 from flowproof.addon.eventlog import EventLog
@@ -31,6 +32,7 @@ from flowproof.addon.options import AddonConfig, options_by_hand
 from flowproof.addon.record import Record
 from flowproof.addon.replay import Replay
 from flowproof.addon.shared import Shared, config_record_command, log
+from flowproof.addon.tunnel import TlsContexts, take
 from flowproof.addon.warm import BuildState, WarmSessions
 from flowproof.addon.witness import Witness
 from flowproof.cassette import load_cassette
@@ -106,6 +108,8 @@ class Flowproof:
         self._last_error: exceptions.OptionsError | None = None
         #: Set when ``flowproof_control`` names a socket: this proxy serves many flows.
         self.warm: WarmSessions | None = None
+        #: The replayed tunnels' TLS contexts (`flowproof.addon.tunnel`), one per leaf.
+        self._tunnel_tls = TlsContexts()
 
     @property
     def addons(self) -> list[object]:
@@ -215,6 +219,16 @@ class Flowproof:
         mode = self.shared.config.mode.value
         self.shared.events.write(ReadyEvent(tuple(listen), mode))
         log.info("proxy_ready", mode=mode, listeners=len(listen))
+
+    def next_layer(self, nextlayer: layer.NextLayer) -> None:
+        """A runner's proxy serves a replaying session's model-host tunnels itself
+        (`flowproof.addon.tunnel`); anything else is mitmproxy's own next layer's to choose."""
+        if self.warm is not None:
+            take(nextlayer, self._replay_config, self._tunnel_tls)
+
+    def _replay_config(self, client: object) -> AddonConfig | None:
+        session = self.warm.session_of(client) if self.warm is not None else None
+        return None if session is None else session.state.shared.config
 
     def tls_failed_client(self, data: tls.TlsData) -> None:
         host = data.conn.sni

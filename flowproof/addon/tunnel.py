@@ -1,0 +1,360 @@
+"""A replayed model host's tunnel, served in two layers of flowproof's own.
+
+On the proxy route an agent opens a ``CONNECT`` tunnel per connection, and
+openai-python opens one per streamed call (it closes a stream's connection at
+``[DONE]``). mitmproxy then runs, for each, its client TLS layer (pyOpenSSL over
+memory buffers, three TLS hooks, the leaf converted to pyOpenSSL objects per
+connection) and its HTTP layer, stream and HTTP/1 server: most of what a replayed
+call costs the proxy (docs/performance.md). With nothing to forward, a replay
+needs neither. In a runner's proxy, a tunnel to a model host of a session that
+replays is instead served by:
+
+- `ReplayTunnel`, the client side's TLS with the standard library's ``ssl``
+  (memory buffers, the leaf mitmproxy's own certificate store makes for the
+  connection, ALPN ``http/1.1``), in place of mitmproxy's ``ClientTLSLayer``
+  under its ``ServerTLSLayer``, as mitmproxy's next layer stacks them;
+- `ReplayHttp`, which reads each HTTP/1.1 request itself and runs it through
+  the same hooks, in the same order, as mitmproxy's HTTP stream does for an
+  answer an addon sets in ``request``: ``requestheaders``, ``request``,
+  ``responseheaders``, ``response`` (every addon, flowproof's sessions
+  included, sees what it sees today), then writes the response as mitmproxy's
+  HTTP/1 server would (``assemble_response``).
+
+What it does not serve it hands over unchanged: a client that offers HTTP/2 is
+left to mitmproxy altogether (the choice is made on its ClientHello); a request
+that is not a plain one (an ``Upgrade``, such as a WebSocket, an ``Expect``, a
+chunked body, a head mitmproxy's parser refuses…) and everything after it on the
+connection goes to mitmproxy's own HTTP layer, under this TLS. A failed handshake
+fires ``tls_failed_client`` with mitmproxy's wording, so the runner still says the
+agent does not trust the CA. The TLS hooks of a handshake that succeeds are not
+fired: no addon of a runner's proxy acts on them.
+
+``mitmdump -s`` by hand (no control socket) never takes this path.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from mitmproxy import certs, ctx, flow, http
+from mitmproxy.net.http import http1
+from mitmproxy.proxy import commands, context, events, layer, mode_specs, tunnel
+from mitmproxy.proxy.layers import http as http_layers
+from mitmproxy.proxy.layers.http._hooks import (
+    HttpErrorHook,
+    HttpRequestHeadersHook,
+    HttpRequestHook,
+    HttpResponseHeadersHook,
+    HttpResponseHook,
+)
+from mitmproxy.proxy.layers.tls import ServerTLSLayer, TlsFailedClientHook, parse_client_hello
+from mitmproxy.tls import ClientHello, TlsData
+
+from flowproof.options import Mode
+from flowproof.wire import is_model_host
+
+__all__ = ["ReplayHttp", "ReplayTunnel", "TlsContexts", "take"]
+
+#: A head longer than this is left to mitmproxy, whose own limit then answers it.
+_MAX_HEAD = 64 * 1024
+#: Request headers after which the request is not a plain one (`ReplayHttp` hands it over).
+_NOT_PLAIN = (b"upgrade", b"expect", b"transfer-encoding")
+
+
+class TlsContexts:
+    """The standard library's server contexts, one per leaf certificate (mitmproxy's store
+    makes one leaf per host and keeps it)."""
+
+    def __init__(self) -> None:
+        self._by_leaf: dict[bytes, ssl.SSLContext] = {}
+
+    def get(self, entry: certs.CertStoreEntry) -> ssl.SSLContext:
+        key = entry.cert.fingerprint()
+        found = self._by_leaf.get(key)
+        if found is None:
+            found = self._by_leaf[key] = _server_context(entry)
+        return found
+
+
+def _server_context(entry: certs.CertStoreEntry) -> ssl.SSLContext:
+    chain = entry.cert.to_pem() + b"".join(c.to_pem() for c in entry.chain_certs if c != entry.cert)
+    key = entry.privatekey.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                         serialization.NoEncryption())
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    # ``ssl`` loads a key from a file only: a directory of our own (mode 0700), gone at once.
+    with tempfile.TemporaryDirectory(prefix="flowproof-leaf-") as d:
+        cert_file, key_file = Path(d) / "leaf.pem", Path(d) / "leaf.key"
+        cert_file.write_bytes(chain)
+        key_file.touch(mode=0o600)
+        key_file.write_bytes(key)
+        server.load_cert_chain(cert_file, key_file)
+    server.set_alpn_protocols(["http/1.1"])
+    return server
+
+
+def take(nextlayer: layer.NextLayer, replays: Callable[[Any], Any | None], contexts: TlsContexts) -> bool:
+    """Serve the tunnel ``nextlayer`` is asked about with `ReplayTunnel` when it can; True if so.
+
+    ``replays(client)`` gives the config of the replaying session ``client`` (a client
+    connection) belongs to, or None. Taken: a ``CONNECT`` tunnel of a regular listener whose
+    first bytes are a whole TLS ClientHello that does not offer HTTP/2, to a model host of a
+    session that replays."""
+    ctx_ = nextlayer.context
+    if nextlayer.layer is not None or ctx_.server.address is None:
+        return False
+    # Inside a CONNECT: the layer asking is the tunnel of a regular listener's HTTP layer.
+    outer = ctx_.layers[-1] if ctx_.layers else None
+    if not isinstance(outer, http_layers.HttpLayer) or outer.mode is not http_layers.HTTPMode.regular:
+        return False
+    if not isinstance(ctx_.client.proxy_mode, mode_specs.RegularMode) or ctx_.client.tls:
+        return False
+    data = nextlayer.data_client()
+    if data[:1] != b"\x16":
+        return False
+    try:
+        hello = parse_client_hello(data)
+    except ValueError:
+        return False
+    if hello is None or any(p != b"http/1.1" for p in hello.alpn_protocols):
+        return False
+    config = replays(ctx_.client)
+    if config is None or config.mode is not Mode.REPLAY:
+        return False
+    host = hello.sni or str(ctx_.server.address[0])
+    if not is_model_host(host, config.options.model_hosts):
+        return False
+    server_tls = ServerTLSLayer(ctx_)
+    server_tls.child_layer = ReplayTunnel(ctx_, hello, contexts)
+    nextlayer.layer = server_tls
+    return True
+
+
+class ReplayTunnel(tunnel.TunnelLayer):
+    """The client connection's TLS, with the standard library's ``ssl``; `ReplayHttp` above it."""
+
+    def __init__(self, context: context.Context, hello: ClientHello, contexts: TlsContexts) -> None:
+        super().__init__(context, tunnel_connection=context.client, conn=context.client)
+        self.hello = hello
+        self.contexts = contexts
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls: ssl.SSLObject | None = None
+        #: The client's close_notify came: its ConnectionClosed has gone to the child already.
+        self.peer_closed = False
+        context.client.tls = True
+        context.client.sni = hello.sni
+        context.client.alpn_offers = hello.alpn_protocols
+        self.child_layer = ReplayHttp(context)
+
+    def _flush(self) -> layer.CommandGenerator[None]:
+        out = self.outgoing.read()
+        if out:
+            yield commands.SendData(self.tunnel_connection, out)
+
+    def start_handshake(self) -> layer.CommandGenerator[None]:
+        yield from ()
+
+    def receive_handshake_data(self, data: bytes) -> layer.CommandGenerator[tuple[bool, str | None]]:
+        if self.tls is None:
+            tlsconfig = ctx.master.addons.get("tlsconfig")
+            server = self.contexts.get(tlsconfig.get_cert(self.context))
+            self.tls = server.wrap_bio(self.incoming, self.outgoing, server_side=True)
+        self.incoming.write(data)
+        try:
+            self.tls.do_handshake()
+        except ssl.SSLWantReadError:
+            yield from self._flush()
+            return False, None
+        except ssl.SSLError as e:
+            yield from self._flush()
+            return False, _reason(e)
+        conn = self.conn
+        conn.timestamp_tls_setup = time.time()
+        conn.alpn = (self.tls.selected_alpn_protocol() or "").encode() or None
+        cipher = self.tls.cipher()
+        conn.cipher = cipher[0] if cipher else None
+        conn.tls_version = self.tls.version()  # type: ignore[assignment]  # "TLSv1.3", mitmproxy's names
+        yield from self._flush()
+        yield from self.receive_data(b"")
+        return True, None
+
+    def on_handshake_error(self, err: str) -> layer.CommandGenerator[None]:
+        """mitmproxy's ``ClientTLSLayer`` wording, its log line and its ``tls_failed_client``."""
+        dest = self.conn.sni or str(self.context.server.address[0] if self.context.server.address else "")
+        level = logging.WARNING
+        if "unknown ca" in err or "bad certificate" in err or "certificate unknown" in err:
+            err = f"The client does not trust the proxy's certificate for {dest} ({err})"
+        elif err == "connection closed":
+            err = (f"The client disconnected during the handshake. If this happens consistently for {dest}, "
+                   f"this may indicate that the client does not trust the proxy's certificate.")
+            level = logging.INFO
+        else:
+            err = f"The client may not trust the proxy's certificate for {dest} ({err})"
+        yield commands.Log(f"Client TLS handshake failed. {err}", level=level)
+        self.conn.error = err
+        yield TlsFailedClientHook(TlsData(self.conn, self.context))
+        yield from super().on_handshake_error(err)
+        self.event_to_child = self._errored  # type: ignore[method-assign]
+
+    def _errored(self, event: events.Event) -> layer.CommandGenerator[None]:
+        yield from ()
+
+    def receive_data(self, data: bytes) -> layer.CommandGenerator[None]:
+        assert self.tls is not None
+        if data:
+            self.incoming.write(data)
+        plain = bytearray()
+        ended = False
+        try:
+            while chunk := self.tls.read(65536):
+                plain += chunk
+            ended = True  # an empty read: the client's close_notify
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLError:  # a broken record
+            ended = True
+        close = ended and not self.peer_closed
+        self.peer_closed = self.peer_closed or ended
+        yield from self._flush()  # a key update or a ticket the read produced
+        if plain:
+            yield from self.event_to_child(events.DataReceived(self.conn, bytes(plain)))
+        if close:
+            yield from self.event_to_child(events.ConnectionClosed(self.conn))
+
+    def receive_close(self) -> layer.CommandGenerator[None]:
+        if not self.peer_closed:
+            self.peer_closed = True
+            yield from self.event_to_child(events.ConnectionClosed(self.conn))
+
+    def send_data(self, data: bytes) -> layer.CommandGenerator[None]:
+        assert self.tls is not None
+        try:
+            self.tls.write(data)
+        except ssl.SSLError:  # the client closed its side: what it would get is dropped
+            return
+        yield from self._flush()
+
+
+def _reason(e: ssl.SSLError) -> str:
+    """mitmproxy's short form of an OpenSSL error ("tlsv1 alert unknown ca")."""
+    reason = getattr(e, "reason", None)
+    return reason.lower().replace("_", " ") if isinstance(reason, str) else str(e)
+
+
+class ReplayHttp(layer.Layer):
+    """HTTP/1.1 requests of a replayed tunnel: each through the flow hooks, answered by them."""
+
+    def __init__(self, context: context.Context) -> None:
+        super().__init__(context)
+        self.buffer = bytearray()
+        self.handover: layer.Layer | None = None
+        self.closed = False
+
+    def _handle_event(self, event: events.Event) -> layer.CommandGenerator[None]:
+        if self.handover is not None:
+            yield from self.handover.handle_event(event)
+        elif isinstance(event, events.DataReceived) and not self.closed:
+            self.buffer += event.data
+            yield from self._serve()
+        elif isinstance(event, events.ConnectionClosed) and not self.closed:
+            self.closed = True
+            yield commands.CloseConnection(self.context.client)
+
+    def _serve(self) -> layer.CommandGenerator[None]:
+        while not self.closed and self.handover is None:
+            # mitmproxy's HTTP/1 server skips blank lines before a request line too.
+            while self.buffer[:2] == b"\r\n":
+                del self.buffer[:2]
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                # A head ended by bare newlines, or longer than we read: mitmproxy's to read.
+                if len(self.buffer) > _MAX_HEAD or b"\n\n" in self.buffer:
+                    yield from self._hand_over()
+                return
+            started = time.time()
+            try:
+                request = http1.read_request_head(bytes(self.buffer[:end]).split(b"\r\n"))
+                size = http1.expected_http_body_size(request)
+            except ValueError:
+                yield from self._hand_over()
+                return
+            if not _plain(request) or size is None or size < 0:
+                yield from self._hand_over()
+                return
+            if len(self.buffer) < end + 4 + size:
+                return
+            body = bytes(self.buffer[end + 4:end + 4 + size])
+            del self.buffer[:end + 4 + size]
+            request.timestamp_start = started
+            yield from self._answer(request, body)
+
+    def _hand_over(self) -> layer.CommandGenerator[None]:
+        """Everything from this request on goes to mitmproxy's own HTTP layer."""
+        handover = self.handover = http_layers.HttpLayer(self.context, http_layers.HTTPMode.transparent)
+        yield from handover.handle_event(events.Start())
+        if self.buffer:
+            data, self.buffer = bytes(self.buffer), bytearray()
+            yield from handover.handle_event(events.DataReceived(self.context.client, data))
+
+    def _answer(self, request: http.Request, body: bytes) -> layer.CommandGenerator[None]:
+        # As mitmproxy's HTTP stream in transparent mode: where the tunnel goes.
+        assert self.context.server.address
+        request.data.host = self.context.server.address[0]
+        request.data.port = self.context.server.address[1]
+        request.scheme = "https" if self.context.server.tls else "http"
+        request.data.content = body
+        request.timestamp_end = time.time()
+        flow_ = http.HTTPFlow(self.context.client, self.context.server)
+        flow_.request = request
+        flow_.live = True
+        yield HttpRequestHeadersHook(flow_)
+        if (yield from self._killed(flow_)):
+            return
+        yield HttpRequestHook(flow_)
+        if (yield from self._killed(flow_)):
+            return
+        if flow_.response is None:
+            # A replaying session answers every call; this is a guard, not a path.
+            flow_.response = http.Response.make(
+                502, b'{"error": {"message": "flowproof: nothing answered this call"}}',
+                {"content-type": "application/json"})
+        flow_.response.timestamp_start = time.time()
+        yield HttpResponseHeadersHook(flow_)
+        if (yield from self._killed(flow_)):
+            return
+        flow_.response.timestamp_end = time.time()
+        yield HttpResponseHook(flow_)
+        if (yield from self._killed(flow_)):
+            return
+        flow_.live = False
+        response = flow_.response
+        yield commands.SendData(self.context.client, http1.assemble_response(response))
+        if (http1.connection_close(request.http_version, request.headers)
+                or http1.connection_close(response.http_version, response.headers)):
+            self.closed = True
+            yield commands.CloseConnection(self.context.client)
+
+    def _killed(self, flow_: http.HTTPFlow) -> layer.CommandGenerator[bool]:
+        if not (flow_.error and flow_.error.msg == flow.Error.KILLED_MESSAGE):
+            return False
+        yield HttpErrorHook(flow_)
+        flow_.live = False
+        self.closed = True
+        yield commands.CloseConnection(self.context.client)
+        return True
+
+
+def _plain(request: http.Request) -> bool:
+    """A request `ReplayHttp` answers itself: HTTP/1.1 in origin form, not ``HEAD`` (whose
+    answer has no body), no upgrade, no ``Expect``, no chunked body."""
+    if request.http_version != "HTTP/1.1" or request.method in ("CONNECT", "HEAD") or not request.path.startswith("/"):
+        return False
+    if request.authority:
+        return False
+    return not any(name.lower() in _NOT_PLAIN for name, _value in request.headers.fields)

@@ -1,0 +1,318 @@
+"""The replayed tunnel (`flowproof.addon.tunnel`): which tunnels a runner's proxy serves itself,
+and what it serves there, driven as mitmproxy's connection handler drives a layer (events in,
+commands out, each hook run and answered) with a real TLS client over memory buffers."""
+
+from __future__ import annotations
+
+import ssl
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from mitmproxy import connection, http
+from mitmproxy.addons.proxyserver import Proxyserver
+from mitmproxy.addons.tlsconfig import TlsConfig
+from mitmproxy.proxy import commands, context, events, layer
+from mitmproxy.proxy.layers import modes
+from mitmproxy.proxy.layers.http import HttpLayer, HTTPMode
+from mitmproxy.proxy.layers.tls import ServerTLSLayer
+from mitmproxy.proxy.mode_specs import ProxyMode
+from mitmproxy.test import taddons
+
+from flowproof.addon.tunnel import ReplayHttp, ReplayTunnel, TlsContexts, take
+from flowproof.options import Mode
+
+HOST = "api.openai.com"
+ANSWER = b"data: {\"choices\": []}\n\ndata: [DONE]\n\n"
+
+
+def replaying(mode: Mode = Mode.REPLAY, hosts: tuple[str, ...] = ()) -> Callable[[Any], Any]:
+    return lambda client: SimpleNamespace(mode=mode, options=SimpleNamespace(model_hosts=hosts))
+
+
+class Client:
+    """A TLS client over memory buffers: what an SDK's socket would be inside the tunnel."""
+
+    def __init__(self, bundle: Path | None, alpn: list[str] | None = None, host: str = HOST) -> None:
+        # No bundle: a client that trusts no CA at all, so not the proxy's either.
+        tls = ssl.create_default_context(cafile=str(bundle)) if bundle else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        if alpn:
+            tls.set_alpn_protocols(alpn)
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = tls.wrap_bio(self.incoming, self.outgoing, server_hostname=host)
+        self.failed: ssl.SSLError | None = None
+
+    def hello(self) -> bytes:
+        with pytest.raises(ssl.SSLWantReadError):
+            self.tls.do_handshake()
+        return self.outgoing.read()
+
+    def step(self, received: bytes) -> tuple[bool, bytes]:
+        """Feed what the proxy sent; (handshake done, what the client sends back)."""
+        self.incoming.write(received)
+        try:
+            self.tls.do_handshake()
+            done = True
+        except ssl.SSLWantReadError:
+            done = False
+        except ssl.SSLError as e:
+            self.failed, done = e, False
+        return done, self.outgoing.read()
+
+    def send(self, data: bytes) -> bytes:
+        self.tls.write(data)
+        return self.outgoing.read()
+
+    def read(self, received: bytes) -> bytes:
+        self.incoming.write(received)
+        out = bytearray()
+        try:
+            while chunk := self.tls.read(65536):
+                out += chunk
+        except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+            pass
+        return bytes(out)
+
+
+class Handler:
+    """mitmproxy's connection handler, as far as a layer sees it: it runs each hook (``answer``)
+    and completes it, and keeps what is sent to the client."""
+
+    def __init__(self, top: layer.Layer, client: connection.Client,
+                 answer: Callable[[commands.StartHook], None]) -> None:
+        self.top, self.client, self.answer = top, client, answer
+        self.sent = bytearray()
+        self.hooks: list[tuple[str, Any]] = []
+        self.closed = False
+        self.logs: list[str] = []
+
+    def feed(self, event: events.Event) -> bytes:
+        queue = [event]
+        while queue:
+            for command in self.top.handle_event(queue.pop(0)):
+                if isinstance(command, commands.SendData):
+                    assert command.connection is self.client
+                    self.sent += command.data
+                elif isinstance(command, commands.CloseConnection):
+                    self.closed = True
+                elif isinstance(command, commands.StartHook):
+                    self.hooks.append((command.name, command))
+                    self.answer(command)
+                    if command.blocking:
+                        queue.append(events.HookCompleted(command))
+                elif isinstance(command, commands.Log):
+                    self.logs.append(command.message)
+                else:
+                    raise AssertionError(f"unexpected command {command!r}")
+        sent, self.sent = bytes(self.sent), bytearray()
+        return sent
+
+
+def answer_with(status: int = 200, body: bytes = ANSWER) -> Callable[[commands.StartHook], None]:
+    def answer(hook: commands.StartHook) -> None:
+        if hook.name == "request":
+            hook.flow.response = http.Response.make(  # type: ignore[attr-defined]
+                status, body, {"content-type": "text/event-stream"})
+
+    return answer
+
+
+@pytest.fixture
+def tunnel_at(ca_bundle: tuple[Path, Path]) -> Any:
+    """A function: (ClientHello bytes, replays) → (taken, the NextLayer asked), in a proxy context
+    with mitmproxy's TLS config over the test CA."""
+    confdir, _bundle = ca_bundle
+    with taddons.context(TlsConfig(), Proxyserver()) as tctx:
+        tctx.options.update(confdir=str(confdir))
+        contexts = TlsContexts()
+
+        def ask(hello: bytes, replays: Callable[[Any], Any], host: str = HOST) -> tuple[bool, layer.NextLayer]:
+            client = connection.Client(peername=("127.0.0.1", 50000), sockname=("127.0.0.1", 8080),
+                                       timestamp_start=time.time(), proxy_mode=ProxyMode.parse("regular"),
+                                       state=connection.ConnectionState.OPEN)
+            ctx_ = context.Context(client, tctx.options)
+            ctx_.server.address = (host, 443)
+            modes.HttpProxy(ctx_)
+            HttpLayer(ctx_, HTTPMode.regular)  # the CONNECT's: what asks for the tunnel's next layer
+            nextlayer = layer.NextLayer(ctx_)
+            nextlayer.events = [events.Start(), events.DataReceived(client, hello)]
+            return take(nextlayer, replays, contexts), nextlayer
+
+        yield ask
+
+
+def handshake(handler: Handler, client: Client, hello: bytes) -> bool:
+    handler.feed(events.Start())
+    to_client = handler.feed(events.DataReceived(handler.client, hello))
+    for _ in range(5):
+        done, to_proxy = client.step(to_client)
+        to_client = handler.feed(events.DataReceived(handler.client, to_proxy)) if to_proxy else b""
+        if done or client.failed:
+            client.incoming.write(to_client)  # the session tickets: read with the first answer
+            return done
+    return False
+
+
+def exchange(handler: Handler, client: Client, request: bytes) -> bytes:
+    return client.read(handler.feed(events.DataReceived(handler.client, client.send(request))))
+
+
+POST = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: api.openai.com\r\ncontent-type: application/json\r\n"
+        b"content-length: 2\r\n\r\n{}")
+
+
+class TestWhichTunnelsAreTaken:
+    def test_a_replaying_model_host_over_http_1_is_taken_under_mitmproxy_s_server_tls(
+        self, tunnel_at: Any, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        taken, nextlayer = tunnel_at(Client(ca_bundle[1], ["http/1.1"]).hello(), replaying())
+        assert taken
+        assert isinstance(nextlayer.layer, ServerTLSLayer)
+        assert isinstance(nextlayer.layer.child_layer, ReplayTunnel)
+        assert isinstance(nextlayer.layer.child_layer.child_layer, ReplayHttp)
+
+    def test_no_alpn_at_all_is_http_1_and_taken(self, tunnel_at: Any, ca_bundle: tuple[Path, Path]) -> None:
+        assert tunnel_at(Client(ca_bundle[1]).hello(), replaying())[0]
+
+    @pytest.mark.parametrize("alpn", [["h2", "http/1.1"], ["h2"]])
+    def test_a_client_offering_http_2_is_left_to_mitmproxy(
+        self, tunnel_at: Any, ca_bundle: tuple[Path, Path], alpn: list[str]
+    ) -> None:
+        taken, nextlayer = tunnel_at(Client(ca_bundle[1], alpn).hello(), replaying())
+        assert not taken and nextlayer.layer is None
+
+    @pytest.mark.parametrize("mode", [Mode.RECORD, Mode.COMPARE])
+    def test_a_session_that_reaches_the_model_is_left_to_mitmproxy(
+        self, tunnel_at: Any, ca_bundle: tuple[Path, Path], mode: Mode
+    ) -> None:
+        assert not tunnel_at(Client(ca_bundle[1]).hello(), replaying(mode))[0]
+
+    def test_no_session_on_the_listener_is_left_to_mitmproxy(
+        self, tunnel_at: Any, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        assert not tunnel_at(Client(ca_bundle[1]).hello(), lambda client: None)[0]
+
+    def test_a_host_that_is_not_a_model_s_is_left_unless_the_session_names_it(
+        self, tunnel_at: Any, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        hello = Client(ca_bundle[1], host="telemetry.example.com").hello()
+        assert not tunnel_at(hello, replaying(), host="telemetry.example.com")[0]
+        assert tunnel_at(hello, replaying(hosts=("telemetry.example.com",)), host="telemetry.example.com")[0]
+
+    def test_bytes_that_are_not_a_whole_client_hello_are_left_to_mitmproxy(
+        self, tunnel_at: Any, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        hello = Client(ca_bundle[1]).hello()
+        assert not tunnel_at(hello[: len(hello) // 2], replaying())[0]
+        assert not tunnel_at(b"GET / HTTP/1.1\r\n\r\n", replaying())[0]
+
+
+class TestTheExchange:
+    def _open(self, tunnel_at: Any, bundle: Path | None, answer: Callable[[commands.StartHook], None],
+              ) -> tuple[Handler, Client, bool]:
+        client = Client(bundle, ["http/1.1"])
+        hello = client.hello()
+        taken, nextlayer = tunnel_at(hello, replaying())
+        assert taken
+        handler = Handler(nextlayer.layer, nextlayer.context.client, answer)
+        return handler, client, handshake(handler, client, hello)
+
+    def test_each_request_runs_mitmproxy_s_four_hooks_in_order_and_gets_its_answer(
+        self, tunnel_at: Any, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        handler, client, done = self._open(tunnel_at, ca_bundle[1], answer_with())
+        assert done
+        assert client.tls.selected_alpn_protocol() == "http/1.1"
+        assert handler.hooks == []  # a handshake that succeeds fires none
+        for _ in range(2):  # one connection, kept open: the same again
+            reply = exchange(handler, client, POST)
+            head, _, body = reply.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert b"content-length: %d" % len(ANSWER) in head.lower()
+            assert body == ANSWER
+            assert [name for name, _ in handler.hooks] == ["requestheaders", "request", "responseheaders", "response"]
+            flow = handler.hooks[1][1].flow
+            assert (flow.request.pretty_url, flow.request.content) == (f"https://{HOST}/v1/chat/completions", b"{}")
+            assert not flow.live and not handler.closed
+            handler.hooks.clear()
+
+    def test_a_request_split_across_records_is_answered_once_whole(
+        self, tunnel_at: Any, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        handler, client, _ = self._open(tunnel_at, ca_bundle[1], answer_with())
+        received = b""
+        for k in range(0, len(POST), 7):
+            received += client.read(handler.feed(events.DataReceived(handler.client, client.send(POST[k:k + 7]))))
+        assert received.endswith(ANSWER) and received.count(b"HTTP/1.1 200") == 1
+        assert [name for name, _ in handler.hooks].count("request") == 1
+
+    def test_connection_close_is_honoured(self, tunnel_at: Any, ca_bundle: tuple[Path, Path]) -> None:
+        handler, client, _ = self._open(tunnel_at, ca_bundle[1], answer_with())
+        reply = exchange(handler, client, POST.replace(b"Host: api.openai.com\r\n",
+                                                       b"Host: api.openai.com\r\nConnection: close\r\n"))
+        assert reply.endswith(ANSWER) and handler.closed
+
+    def test_close_notify_then_the_socket_s_close_closes_once(
+        self, tunnel_at: Any, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        handler, client, _ = self._open(tunnel_at, ca_bundle[1], answer_with())
+        exchange(handler, client, POST)
+        with pytest.raises(ssl.SSLWantReadError):
+            client.tls.unwrap()  # sends close_notify, waits for the proxy's
+        handler.feed(events.DataReceived(handler.client, client.outgoing.read()))
+        assert handler.closed
+        handler.closed = False
+        handler.feed(events.ConnectionClosed(handler.client))
+        assert not handler.closed  # the child was told once; nothing is closed twice
+
+    def test_a_killed_flow_closes_the_connection_with_the_error_hook(
+        self, tunnel_at: Any, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        def kill(hook: commands.StartHook) -> None:
+            if hook.name == "request":
+                hook.flow.kill()  # type: ignore[attr-defined]
+
+        handler, client, _ = self._open(tunnel_at, ca_bundle[1], kill)
+        assert exchange(handler, client, POST) == b""
+        assert [name for name, _ in handler.hooks] == ["requestheaders", "request", "error"] and handler.closed
+
+    def test_a_websocket_upgrade_goes_to_mitmproxy_s_own_http_layer_under_this_tls(
+        self, tunnel_at: Any, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        plain, refuse = answer_with(), answer_with(426, b"use http")
+
+        def answer(hook: commands.StartHook) -> None:
+            upgrading = "upgrade" in hook.flow.request.headers  # type: ignore[attr-defined]
+            (refuse if upgrading else plain)(hook)
+
+        handler, client, _ = self._open(tunnel_at, ca_bundle[1], answer)
+        assert exchange(handler, client, POST).endswith(ANSWER)
+        upgrade = (b"GET /v1/responses HTTP/1.1\r\nHost: api.openai.com\r\nUpgrade: websocket\r\n"
+                   b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                   b"Sec-WebSocket-Version: 13\r\n\r\n")
+        handler.hooks.clear()
+        reply = exchange(handler, client, upgrade)
+        http_layer = handler.top.child_layer.child_layer  # type: ignore[attr-defined]
+        assert isinstance(http_layer.handover, HttpLayer)
+        assert reply.startswith(b"HTTP/1.1 426") and reply.endswith(b"use http")
+        names = [name for name, _ in handler.hooks]
+        assert names[:2] == ["requestheaders", "request"]
+        assert handler.hooks[1][1].flow.request.headers["upgrade"] == "websocket"
+
+    def test_a_client_that_does_not_trust_the_ca_fires_tls_failed_client_in_mitmproxy_s_words(
+        self, tunnel_at: Any
+    ) -> None:
+        handler, client, done = self._open(tunnel_at, None, answer_with())
+        assert not done and isinstance(client.failed, ssl.SSLCertVerificationError)
+        failed = [hook for name, hook in handler.hooks if name == "tls_failed_client"]
+        assert len(failed) == 1
+        error = failed[0].data.conn.error
+        assert error.startswith(f"The client does not trust the proxy's certificate for {HOST} (")
+        assert any(line.startswith("Client TLS handshake failed.") for line in handler.logs)
+        assert handler.closed
+        # What the client sends after a failed handshake reaches no HTTP layer.
+        assert handler.feed(events.DataReceived(handler.client, b"GET / HTTP/1.1\r\n\r\n")) == b""
+
