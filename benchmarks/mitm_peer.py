@@ -16,17 +16,34 @@
 - ``--set bench_lean=true`` with it drops, once mitmdump runs, the default addons
   a proxy ``flowproof-run`` started drops (`flowproof.addon.lean`): the floor of
   flowproof's own proxy route, with the same addon chain.
+- ``--set bench_tunnel=true`` with it takes each ``CONNECT`` tunnel to
+  api.openai.com out of mitmproxy's TLS and HTTP layers once mitmproxy has
+  answered the ``CONNECT``: the `next_layer` hook installs `CannedTunnel`, one
+  layer that does the TLS (the standard library's ``ssl`` over memory buffers,
+  the leaf from mitmproxy's own certificate store) and reads each request
+  itself, and writes the canned answer back. So: what a replay costs inside
+  mitmdump when only the connection and the ``CONNECT`` are mitmproxy's.
 
 Not loaded for ``--server-replay``: that peer never reaches an upstream.
 """
 
 from __future__ import annotations
 
+import ssl
+import tempfile
+import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from mitmproxy import ctx, http, io
 from mitmproxy.addonmanager import Loader
+from mitmproxy.net.http import http1
+from mitmproxy.proxy import commands, events, layer, tunnel
+from mitmproxy.proxy.layers.http import HttpLayer, HTTPMode
 
 
 class BenchPeer:
@@ -38,6 +55,10 @@ class BenchPeer:
         loader.add_option("bench_tap", bool, False, "stream response bodies through a copying tap")
         loader.add_option("bench_canned", str, "", "a flow file whose first response answers every request")
         loader.add_option("bench_lean", bool, False, "drop the addons a runner's proxy drops")
+        loader.add_option("bench_tunnel", bool, False, "serve api.openai.com tunnels in one layer of our own")
+        loader.add_option("bench_tls", bool, False, "take api.openai.com tunnels' TLS only, HTTP stays mitmproxy's")
+        self.contexts: dict[str, ssl.SSLContext] = {}
+        self.answer = b""
 
     def running(self) -> None:
         if ctx.options.bench_lean:
@@ -52,6 +73,43 @@ class BenchPeer:
                     if isinstance(saved, http.HTTPFlow) and saved.response is not None:
                         self.canned = saved.response
                         break
+            if self.canned is not None:
+                answer = self.canned.copy()
+                answer.headers.pop("transfer-encoding", None)
+                answer.headers["content-length"] = str(len(answer.raw_content or b""))
+                self.answer = http1.assemble_response(answer)
+
+    def next_layer(self, nextlayer: layer.NextLayer) -> None:
+        # Scripts run ahead of mitmproxy's own NextLayer addon, which leaves a layer set here alone.
+        host = nextlayer.context.server.address
+        wanted = ctx.options.bench_tunnel or ctx.options.bench_tls
+        if (not wanted or not self.answer or nextlayer.layer is not None or host is None
+                or host[0] != "api.openai.com" or len(nextlayer.context.layers) < 2):
+            return
+        hello = nextlayer.data_client()
+        if hello[:1] != b"\x16":  # not a TLS handshake record (the tunnel's ClientHello)
+            return
+        if ctx.options.bench_tls:
+            nextlayer.layer = StdlibClientTLS(nextlayer.context, self.tls_context(host[0]))
+        else:
+            nextlayer.layer = CannedTunnel(nextlayer.context, self.tls_context(host[0]), self.answer)
+
+    def tls_context(self, host: str) -> ssl.SSLContext:
+        context = self.contexts.get(host)
+        if context is None:
+            store = ctx.master.addons.get("tlsconfig").certstore
+            entry = store.get_cert(host, [x509.DNSName(host)])
+            with tempfile.TemporaryDirectory() as d:
+                pem, key = Path(d) / "leaf.pem", Path(d) / "leaf.key"
+                pem.write_bytes(entry.cert.to_pem() + store.default_ca.to_pem())
+                key.write_bytes(entry.privatekey.private_bytes(serialization.Encoding.PEM,
+                                                               serialization.PrivateFormat.PKCS8,
+                                                               serialization.NoEncryption()))
+                context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                context.load_cert_chain(pem, key)
+            context.set_alpn_protocols(["http/1.1"])
+            self.contexts[host] = context
+        return context
 
     def request(self, flow: http.HTTPFlow) -> None:
         if self.canned is not None:
@@ -67,6 +125,107 @@ class BenchPeer:
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if ctx.options.bench_tap and flow.response is not None:
             flow.response.stream = _tap([])
+
+
+class CannedTunnel(layer.Layer):
+    """A tunnel's TLS and HTTP/1.1 in one layer: every request is answered with ``answer``."""
+
+    def __init__(self, context: Any, tls: ssl.SSLContext, answer: bytes) -> None:
+        super().__init__(context)
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = tls.wrap_bio(self.incoming, self.outgoing, server_side=True)
+        self.handshaken = False
+        self.buffer = b""
+        self.answer = answer
+
+    def _handle_event(self, event: events.Event) -> layer.CommandGenerator[None]:
+        client = self.context.client
+        if isinstance(event, events.DataReceived) and event.connection is client:
+            self.incoming.write(event.data)
+            try:
+                if not self.handshaken:
+                    self.tls.do_handshake()
+                    self.handshaken = True
+                while chunk := self.tls.read(65536):
+                    self.buffer += chunk
+            except ssl.SSLWantReadError:
+                pass
+            except (ssl.SSLError, ssl.SSLZeroReturnError):
+                yield commands.CloseConnection(client)
+                return
+            while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+                size = _content_length(self.buffer[:end])
+                if len(self.buffer) < end + 4 + size:
+                    break
+                self.buffer = self.buffer[end + 4 + size:]
+                self.tls.write(self.answer)
+            out = self.outgoing.read()
+            if out:
+                yield commands.SendData(client, out)
+        elif isinstance(event, events.ConnectionClosed) and event.connection is client:
+            yield commands.CloseConnection(client)
+
+
+class StdlibClientTLS(tunnel.TunnelLayer):
+    """The client side's TLS with the standard library's ``ssl``; the decrypted stream goes to
+    mitmproxy's own HTTP layer, as after mitmproxy's ClientTLSLayer."""
+
+    def __init__(self, context: Any, tls: ssl.SSLContext) -> None:
+        super().__init__(context, tunnel_connection=context.client, conn=context.client)
+        context.client.tls = True
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = tls.wrap_bio(self.incoming, self.outgoing, server_side=True)
+        self.child_layer = HttpLayer(self.context, HTTPMode.transparent)
+
+    def _flush(self) -> layer.CommandGenerator[None]:
+        out = self.outgoing.read()
+        if out:
+            yield commands.SendData(self.tunnel_connection, out)
+
+    def receive_handshake_data(self, data: bytes) -> layer.CommandGenerator[tuple[bool, str | None]]:
+        self.incoming.write(data)
+        try:
+            self.tls.do_handshake()
+        except ssl.SSLWantReadError:
+            yield from self._flush()
+            return False, None
+        except ssl.SSLError as e:
+            yield from self._flush()
+            return False, str(e)
+        self.conn.alpn = b"http/1.1"
+        self.conn.timestamp_tls_setup = time.time()
+        yield from self._flush()
+        yield from self.receive_data(b"")
+        return True, None
+
+    def receive_data(self, data: bytes) -> layer.CommandGenerator[None]:
+        if data:
+            self.incoming.write(data)
+        plain = bytearray()
+        close = False
+        try:
+            while chunk := self.tls.read(65536):
+                plain += chunk
+        except ssl.SSLWantReadError:
+            pass
+        except (ssl.SSLZeroReturnError, ssl.SSLError):
+            close = True
+        if plain:
+            yield from self.event_to_child(events.DataReceived(self.conn, bytes(plain)))
+        if close:
+            yield from self.event_to_child(events.ConnectionClosed(self.conn))
+
+    def send_data(self, data: bytes) -> layer.CommandGenerator[None]:
+        self.tls.write(data)
+        yield from self._flush()
+
+
+def _content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 0
 
 
 def _tap(kept: list[bytes]) -> Callable[[bytes], bytes]:

@@ -9,6 +9,10 @@ interleaved round by round): only
   (g) mitm canned  ``mitmdump`` answering every call with one saved response (the floor of a replay)
   (h) mitm canned-lean  the same, with the addon chain of a proxy ``flowproof-run`` started
                    (`flowproof.addon.lean`): the floor of flowproof's proxy route
+  (j) mitm canned-tunnel  canned-lean, with each api.openai.com tunnel's TLS and HTTP taken out of
+                   mitmproxy's layers into one layer of the peer's own (``bench_tunnel``)
+  (i) py tls canned  a bare asyncio + ``ssl`` proxy answering the same way (benchmarks/tls_floor_peer.py):
+                   the floor of any proxy-route replay written in Python, mitmproxy or not
 
 for JSON sequential and SSE 8-client calls. It prints, per peer and column, the
 median over rounds of the proxy process's own CPU per call (every thread, from
@@ -38,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import run  # noqa: E402 — benchmarks/ is a folder of scripts, found through sys.path
 
-PEERS = ("floor", "mitm-replay", "mitm-canned", "mitm-canned-lean", "fp-proxy")
+PEERS = ("floor", "mitm-replay", "mitm-canned", "mitm-canned-lean", "mitm-canned-tls", "mitm-canned-tunnel",
+         "py-tls-canned", "fp-proxy")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,15 +120,19 @@ def render(args: argparse.Namespace, peers: tuple[str, ...], samples: dict[str, 
             row += f"{med(n, peer, 'proxy_cpu_ms'):11.2f}{over:+11.2f}{med(n, peer, 'call_ms'):11.2f}"
         lines.append(row)
     lines.append("")
-    for fp in [p for p in peers if p.startswith("fp-")]:
-        for other in ("mitm-canned-lean", "mitm-canned", "mitm-replay"):
+    pairs = [(fp, other) for fp in peers if fp.startswith("fp-")
+             for other in ("py-tls-canned", "mitm-canned-lean", "mitm-canned", "mitm-replay")]
+    pairs += [("py-tls-canned", "mitm-replay"), ("mitm-canned-tunnel", "mitm-replay"),
+              ("mitm-canned-tls", "mitm-replay")]
+    for fp, other in pairs:
+        if fp in peers and other in peers:
             cells = []
             for n in names:
                 a, b = med(n, fp, "proxy_cpu_ms"), med(n, other, "proxy_cpu_ms")
                 oa = med(n, fp, "cpu_ms") - med(n, "floor", "cpu_ms")
                 ob = med(n, other, "cpu_ms") - med(n, "floor", "cpu_ms")
                 cells.append(f"{a / b:6.2f}x proxy, {run.ratio(oa, ob):>6s} +floor")
-            lines.append(f"{fp} / {other:16s}" + "".join(f"{c:>33s}" for c in cells))
+            lines.append(f"{fp:13s} / {other:16s}" + "".join(f"{c:>33s}" for c in cells))
     return "\n".join(lines)
 
 

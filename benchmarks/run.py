@@ -57,6 +57,7 @@ import scale  # noqa: E402 — benchmarks/ is a folder of scripts, not a package
 
 AGENT = BENCH / "agent.py"
 PEER_SCRIPT = BENCH / "mitm_peer.py"
+TLS_FLOOR_PEER = BENCH / "tls_floor_peer.py"
 BIN = Path(sys.executable).parent
 MITMDUMP = str(BIN / "mitmdump")
 FLOWPROOF_RUN = str(BIN / "flowproof-run")
@@ -203,13 +204,15 @@ def agent_args(cfg: Config, calls: int) -> list[str]:
 class Mitmdump:
     """A plain mitmdump on 127.0.0.1 (OS-chosen port), started and stopped as a user would."""
 
-    def __init__(self, tmp: Path, confdir: Path, *args: str) -> None:
+    def __init__(self, tmp: Path, confdir: Path, *args: str, argv: list[str] | None = None) -> None:
         self.log = tmp / "mitmdump.log"
         # flow_detail=0: no per-flow printing, as flowproof's own mitmdump runs with -q.
         # connection_strategy=lazy: the upstream is dialled at the request, after the upstream
         # mapping, never at CONNECT (api.openai.com is not reachable here, nor needed).
-        argv = [MITMDUMP, "--listen-host", "127.0.0.1", "--listen-port", "0", "--set", f"confdir={confdir}",
-                "--set", "flow_detail=0", "--set", "connection_strategy=lazy", *args]
+        # ``argv``: another proxy that prints the same "listening at" line (tls_floor_peer.py).
+        if argv is None:
+            argv = [MITMDUMP, "--listen-host", "127.0.0.1", "--listen-port", "0", "--set", f"confdir={confdir}",
+                    "--set", "flow_detail=0", "--set", "connection_strategy=lazy", *args]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.port = self._wait_listening()
@@ -362,11 +365,23 @@ class Bench:
                 finally:
                     proxy.stop()
                 return Sample.of(result, time.perf_counter() - started, cfg.concurrency)
-        if peer in ("mitm-canned", "mitm-canned-lean"):
+        if peer in ("mitm-canned", "mitm-canned-lean", "mitm-canned-tunnel", "mitm-canned-tls"):
             with self.offline(peer):
                 started = time.perf_counter()
                 proxy = Mitmdump(d, self.confdir, "-s", str(PEER_SCRIPT), "--set", f"bench_canned={d / 'flows.mitm'}",
-                                 "--set", f"bench_lean={str(peer == 'mitm-canned-lean').lower()}")
+                                 "--set", f"bench_lean={str(peer != 'mitm-canned').lower()}",
+                                 "--set", f"bench_tunnel={str(peer == 'mitm-canned-tunnel').lower()}",
+                                 "--set", f"bench_tls={str(peer == 'mitm-canned-tls').lower()}")
+                try:
+                    result, _ = run_agent(cfg, self.calls, self.proxy_env(proxy), self.out)
+                finally:
+                    proxy.stop()
+                return Sample.of(result, time.perf_counter() - started, cfg.concurrency)
+        if peer == "py-tls-canned":
+            with self.offline(peer):
+                started = time.perf_counter()
+                proxy = Mitmdump(d, self.confdir, argv=[sys.executable, str(TLS_FLOOR_PEER), "--confdir",
+                                                        str(self.confdir), "--flows", str(d / "flows.mitm")])
                 try:
                     result, _ = run_agent(cfg, self.calls, self.proxy_env(proxy), self.out)
                 finally:
