@@ -109,9 +109,9 @@ def take(nextlayer: layer.NextLayer, replays: Callable[[Any], Any | None], conte
     ctx_ = nextlayer.context
     if nextlayer.layer is not None or ctx_.server.address is None:
         return False
-    # Inside a CONNECT: the layer asking is the tunnel of a regular listener's HTTP layer.
-    outer = ctx_.layers[-1] if ctx_.layers else None
-    if not isinstance(outer, http_layers.HttpLayer) or outer.mode is not http_layers.HTTPMode.regular:
+    # Inside a CONNECT: the stack is the regular listener's, its HTTP layer then the CONNECT's stream.
+    if not any(isinstance(outer, http_layers.HttpLayer) and outer.mode is http_layers.HTTPMode.regular
+               for outer in ctx_.layers):
         return False
     if not isinstance(ctx_.client.proxy_mode, mode_specs.RegularMode) or ctx_.client.tls:
         return False

@@ -15,15 +15,19 @@ import pytest
 from mitmproxy import connection, http
 from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.addons.tlsconfig import TlsConfig
+from mitmproxy.options import Options
 from mitmproxy.proxy import commands, context, events, layer
 from mitmproxy.proxy.layers import modes
-from mitmproxy.proxy.layers.http import HttpLayer, HTTPMode
+from mitmproxy.proxy.layers.http import HttpLayer, HTTPMode, HttpStream
 from mitmproxy.proxy.layers.tls import ServerTLSLayer
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons
 
 from flowproof.addon.tunnel import ReplayHttp, ReplayTunnel, TlsContexts, take
-from flowproof.options import Mode
+from flowproof.options import Mode, ProxyOptions
+from flowproof.runner.proxy import ProxyPool
+
+from .conftest import CHAT_PATH, chat_body, chat_turn, write_cassette
 
 HOST = "api.openai.com"
 ANSWER = b"data: {\"choices\": []}\n\ndata: [DONE]\n\n"
@@ -135,8 +139,10 @@ def tunnel_at(ca_bundle: tuple[Path, Path]) -> Any:
                                        state=connection.ConnectionState.OPEN)
             ctx_ = context.Context(client, tctx.options)
             ctx_.server.address = (host, 443)
+            # The stack a CONNECT's tunnel is asked about in: the listener's, its HTTP layer, the stream.
             modes.HttpProxy(ctx_)
-            HttpLayer(ctx_, HTTPMode.regular)  # the CONNECT's: what asks for the tunnel's next layer
+            HttpLayer(ctx_, HTTPMode.regular)
+            HttpStream(ctx_, 1)
             nextlayer = layer.NextLayer(ctx_)
             nextlayer.events = [events.Start(), events.DataReceived(client, hello)]
             return take(nextlayer, replays, contexts), nextlayer
@@ -201,6 +207,16 @@ class TestWhichTunnelsAreTaken:
         hello = Client(ca_bundle[1], host="telemetry.example.com").hello()
         assert not tunnel_at(hello, replaying(), host="telemetry.example.com")[0]
         assert tunnel_at(hello, replaying(hosts=("telemetry.example.com",)), host="telemetry.example.com")[0]
+
+    def test_a_tunnel_outside_a_connect_is_left_to_mitmproxy(self, ca_bundle: tuple[Path, Path]) -> None:
+        client = connection.Client(peername=("127.0.0.1", 50000), sockname=("127.0.0.1", 8080),
+                                   timestamp_start=time.time(), proxy_mode=ProxyMode.parse("regular"))
+        ctx_ = context.Context(client, Options())
+        ctx_.server.address = (HOST, 443)
+        modes.HttpProxy(ctx_)
+        nextlayer = layer.NextLayer(ctx_)
+        nextlayer.events = [events.DataReceived(client, Client(ca_bundle[1]).hello())]
+        assert not take(nextlayer, replaying(), TlsContexts())
 
     def test_bytes_that_are_not_a_whole_client_hello_are_left_to_mitmproxy(
         self, tunnel_at: Any, ca_bundle: tuple[Path, Path]
@@ -316,3 +332,68 @@ class TestTheExchange:
         # What the client sends after a failed handshake reaches no HTTP layer.
         assert handler.feed(events.DataReceived(handler.client, b"GET / HTTP/1.1\r\n\r\n")) == b""
 
+
+
+# A runner's proxy with one more addon: it notes each TLS handshake mitmproxy's own client TLS
+# layer completes, and each response, so a test sees which layers served the tunnel.
+PROBE = '''
+from flowproof.addon import Flowproof
+
+
+class Probe:
+    def _note(self, what):
+        with open(NOTES, "a") as f:
+            f.write(what + "\\n")
+
+    def tls_established_client(self, data):
+        self._note("mitmproxy tls")
+
+    def response(self, flow):
+        self._note(f"response {flow.response.status_code}")
+
+
+addons = [Flowproof(), Probe()]
+'''
+
+
+def post_through(port: int, bundle: Path, body: bytes, alpn: list[str] | None = None) -> tuple[int, bytes]:
+    """One call through the proxy's CONNECT tunnel to api.openai.com, on a connection of its own."""
+    import http.client
+
+    tls = ssl.create_default_context(cafile=str(bundle))
+    if alpn:
+        tls.set_alpn_protocols(alpn)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=tls, timeout=30)
+    conn.set_tunnel(HOST, 443)
+    try:
+        conn.request("POST", CHAT_PATH, body=body, headers={"content-type": "application/json"})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+class TestThroughARunnersProxy:
+    def test_replayed_calls_skip_mitmproxy_s_tls_unless_the_client_offers_another_protocol(
+        self, tmp_path: Path, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        confdir, bundle = ca_bundle
+        notes = tmp_path / "notes.txt"
+        script = tmp_path / "probe_addon.py"
+        script.write_text(f"NOTES = {str(notes)!r}\n" + PROBE, encoding="utf-8")
+        bodies = [chat_body(f"question {k}") for k in range(3)]
+        cassette = write_cassette(tmp_path / "c.json", *(chat_turn(k, b, f"answer {k}") for k, b in enumerate(bodies)))
+        with ProxyPool(script=script) as pool:
+            session = pool.open(ProxyOptions(mode=Mode.REPLAY, cassette=cassette, report=tmp_path / "s.jsonl"),
+                                confdir)
+            try:
+                served = [post_through(session.port, bundle, bodies[0]),
+                          post_through(session.port, bundle, bodies[1], alpn=["http/1.1"]),
+                          post_through(session.port, bundle, bodies[2], alpn=["http/1.1", "spdy/3"])]
+            finally:
+                session.stop()
+        assert [status for status, _ in served] == [200, 200, 200]
+        assert [b"answer %d" % k in payload for k, (_, payload) in enumerate(served)] == [True] * 3
+        # The first two through flowproof's own layers; the third offered a protocol besides
+        # HTTP/1.1, so mitmproxy's client TLS layer took it, and the same hooks answered it.
+        assert notes.read_text().splitlines() == ["response 200", "response 200", "mitmproxy tls", "response 200"]
