@@ -6,8 +6,9 @@ openai-python opens one per streamed call (it closes a stream's connection at
 memory buffers, three TLS hooks, the leaf converted to pyOpenSSL objects per
 connection) and its HTTP layer, stream and HTTP/1 server: most of what a replayed
 call costs the proxy (docs/performance.md). With nothing to forward, a replay
-needs neither. In a runner's proxy, a tunnel to a model host of a session that
-replays is instead served by:
+needs neither. In a runner's proxy, a tunnel to a provider's or a gateway's host,
+of a session that replays (where replay answers every request itself), is
+instead served by:
 
 - `ReplayTunnel`, the client side's TLS with the standard library's ``ssl``
   (memory buffers, the leaf mitmproxy's own certificate store makes for the
@@ -20,14 +21,15 @@ replays is instead served by:
   included, sees what it sees today), then writes the response as mitmproxy's
   HTTP/1 server would (``assemble_response``).
 
-What it does not serve it hands over unchanged: a client that offers HTTP/2 is
-left to mitmproxy altogether (the choice is made on its ClientHello); a request
-that is not a plain one (an ``Upgrade``, such as a WebSocket, an ``Expect``, a
-chunked body, a head mitmproxy's parser refuses…) and everything after it on the
-connection goes to mitmproxy's own HTTP layer, under this TLS. A failed handshake
-fires ``tls_failed_client`` with mitmproxy's wording, so the runner still says the
-agent does not trust the CA. The TLS hooks of a handshake that succeeds are not
-fired: no addon of a runner's proxy acts on them.
+What it does not serve it hands over unchanged: a client that offers HTTP/2 (or
+any protocol beside HTTP/1.1) is left to mitmproxy altogether (the choice is
+made on its ClientHello); a request that is not a plain one (an ``Upgrade``,
+such as a WebSocket, an ``Expect``, a chunked body, ``HEAD``, a head mitmproxy's
+parser refuses…) and everything after it on the connection goes to mitmproxy's
+own HTTP layer, under this TLS. A failed handshake fires ``tls_failed_client``
+with mitmproxy's wording, so the runner still says the agent does not trust the
+CA. The TLS hooks of a handshake that succeeds are not fired: no addon of a
+runner's proxy acts on them.
 
 ``mitmdump -s`` by hand (no control socket) never takes this path.
 """
@@ -104,8 +106,8 @@ def take(nextlayer: layer.NextLayer, replays: Callable[[Any], Any | None], conte
 
     ``replays(client)`` gives the config of the replaying session ``client`` (a client
     connection) belongs to, or None. Taken: a ``CONNECT`` tunnel of a regular listener whose
-    first bytes are a whole TLS ClientHello that does not offer HTTP/2, to a model host of a
-    session that replays."""
+    first bytes are a whole TLS ClientHello that offers no protocol but HTTP/1.1, to a
+    provider's or a gateway's host, of a session that replays."""
     ctx_ = nextlayer.context
     if nextlayer.layer is not None or ctx_.server.address is None:
         return False
@@ -128,7 +130,9 @@ def take(nextlayer: layer.NextLayer, replays: Callable[[Any], Any | None], conte
     if config is None or config.mode is not Mode.REPLAY:
         return False
     host = hello.sni or str(ctx_.server.address[0])
-    if not is_model_host(host, config.options.model_hosts):
+    # A provider's host or a gateway's (``extra_hosts``), where replay answers every request
+    # itself; a host mapped upstream alone sends what is not a model call on to the mapping.
+    if not is_model_host(host, config.options.extra_hosts):
         return False
     server_tls = ServerTLSLayer(ctx_)
     server_tls.child_layer = ReplayTunnel(ctx_, hello, contexts)

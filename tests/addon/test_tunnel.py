@@ -34,7 +34,8 @@ ANSWER = b"data: {\"choices\": []}\n\ndata: [DONE]\n\n"
 
 
 def replaying(mode: Mode = Mode.REPLAY, hosts: tuple[str, ...] = ()) -> Callable[[Any], Any]:
-    return lambda client: SimpleNamespace(mode=mode, options=SimpleNamespace(model_hosts=hosts))
+    """A session's config as `take` reads it: the mode, and the gateway hosts (``extra_hosts``)."""
+    return lambda client: SimpleNamespace(mode=mode, options=SimpleNamespace(extra_hosts=hosts))
 
 
 class Client:
