@@ -23,6 +23,9 @@
   the leaf from mitmproxy's own certificate store) and reads each request
   itself, and writes the canned answer back. So: what a replay costs inside
   mitmdump when only the connection and the ``CONNECT`` are mitmproxy's.
+- ``--set bench_tls=true`` with it takes only the tunnel's client TLS out of
+  mitmproxy, into flowproof's own (`flowproof.addon.tunnel.ReplayTunnel`),
+  with mitmproxy's HTTP layer above it: what the TLS layer alone costs.
 
 Not loaded for ``--server-replay``: that peer never reaches an upstream.
 """
@@ -30,20 +33,19 @@ Not loaded for ``--server-replay``: that peer never reaches an upstream.
 from __future__ import annotations
 
 import ssl
-import tempfile
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 from mitmproxy import ctx, http, io
 from mitmproxy.addonmanager import Loader
 from mitmproxy.net.http import http1
-from mitmproxy.proxy import commands, events, layer, tunnel
+from mitmproxy.proxy import commands, events, layer
 from mitmproxy.proxy.layers.http import HttpLayer, HTTPMode
+from mitmproxy.proxy.layers.tls import ServerTLSLayer, parse_client_hello
+
+from flowproof.addon.tunnel import ReplayTunnel, TlsContexts
 
 
 class BenchPeer:
@@ -57,7 +59,7 @@ class BenchPeer:
         loader.add_option("bench_lean", bool, False, "drop the addons a runner's proxy drops")
         loader.add_option("bench_tunnel", bool, False, "serve api.openai.com tunnels in one layer of our own")
         loader.add_option("bench_tls", bool, False, "take api.openai.com tunnels' TLS only, HTTP stays mitmproxy's")
-        self.contexts: dict[str, ssl.SSLContext] = {}
+        self.tunnel_tls = TlsContexts()
         self.answer = b""
 
     def running(self) -> None:
@@ -90,26 +92,21 @@ class BenchPeer:
         if hello[:1] != b"\x16":  # not a TLS handshake record (the tunnel's ClientHello)
             return
         if ctx.options.bench_tls:
-            nextlayer.layer = StdlibClientTLS(nextlayer.context, self.tls_context(host[0]))
+            # flowproof's own tunnel TLS (`flowproof.addon.tunnel`), with mitmproxy's HTTP layer above it.
+            client_hello = parse_client_hello(hello)
+            if client_hello is None:
+                return
+            server_tls = ServerTLSLayer(nextlayer.context)
+            tunnel = ReplayTunnel(nextlayer.context, client_hello, self.tunnel_tls)
+            tunnel.child_layer = HttpLayer(nextlayer.context, HTTPMode.transparent)
+            server_tls.child_layer = tunnel
+            nextlayer.layer = server_tls
         else:
             nextlayer.layer = CannedTunnel(nextlayer.context, self.tls_context(host[0]), self.answer)
 
     def tls_context(self, host: str) -> ssl.SSLContext:
-        context = self.contexts.get(host)
-        if context is None:
-            store = ctx.master.addons.get("tlsconfig").certstore
-            entry = store.get_cert(host, [x509.DNSName(host)])
-            with tempfile.TemporaryDirectory() as d:
-                pem, key = Path(d) / "leaf.pem", Path(d) / "leaf.key"
-                pem.write_bytes(entry.cert.to_pem() + store.default_ca.to_pem())
-                key.write_bytes(entry.privatekey.private_bytes(serialization.Encoding.PEM,
-                                                               serialization.PrivateFormat.PKCS8,
-                                                               serialization.NoEncryption()))
-                context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-                context.load_cert_chain(pem, key)
-            context.set_alpn_protocols(["http/1.1"])
-            self.contexts[host] = context
-        return context
+        store = ctx.master.addons.get("tlsconfig").certstore
+        return self.tunnel_tls.get(store.get_cert(host, [x509.DNSName(host)]))
 
     def request(self, flow: http.HTTPFlow) -> None:
         if self.canned is not None:
@@ -164,60 +161,6 @@ class CannedTunnel(layer.Layer):
                 yield commands.SendData(client, out)
         elif isinstance(event, events.ConnectionClosed) and event.connection is client:
             yield commands.CloseConnection(client)
-
-
-class StdlibClientTLS(tunnel.TunnelLayer):
-    """The client side's TLS with the standard library's ``ssl``; the decrypted stream goes to
-    mitmproxy's own HTTP layer, as after mitmproxy's ClientTLSLayer."""
-
-    def __init__(self, context: Any, tls: ssl.SSLContext) -> None:
-        super().__init__(context, tunnel_connection=context.client, conn=context.client)
-        context.client.tls = True
-        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        self.tls = tls.wrap_bio(self.incoming, self.outgoing, server_side=True)
-        self.child_layer = HttpLayer(self.context, HTTPMode.transparent)
-
-    def _flush(self) -> layer.CommandGenerator[None]:
-        out = self.outgoing.read()
-        if out:
-            yield commands.SendData(self.tunnel_connection, out)
-
-    def receive_handshake_data(self, data: bytes) -> layer.CommandGenerator[tuple[bool, str | None]]:
-        self.incoming.write(data)
-        try:
-            self.tls.do_handshake()
-        except ssl.SSLWantReadError:
-            yield from self._flush()
-            return False, None
-        except ssl.SSLError as e:
-            yield from self._flush()
-            return False, str(e)
-        self.conn.alpn = b"http/1.1"
-        self.conn.timestamp_tls_setup = time.time()
-        yield from self._flush()
-        yield from self.receive_data(b"")
-        return True, None
-
-    def receive_data(self, data: bytes) -> layer.CommandGenerator[None]:
-        if data:
-            self.incoming.write(data)
-        plain = bytearray()
-        close = False
-        try:
-            while chunk := self.tls.read(65536):
-                plain += chunk
-        except ssl.SSLWantReadError:
-            pass
-        except (ssl.SSLZeroReturnError, ssl.SSLError):
-            close = True
-        if plain:
-            yield from self.event_to_child(events.DataReceived(self.conn, bytes(plain)))
-        if close:
-            yield from self.event_to_child(events.ConnectionClosed(self.conn))
-
-    def send_data(self, data: bytes) -> layer.CommandGenerator[None]:
-        self.tls.write(data)
-        yield from self._flush()
 
 
 def _content_length(head: bytes) -> int:

@@ -26,12 +26,12 @@ import asyncio
 import signal
 import ssl
 import sys
-import tempfile
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 from mitmproxy import certs, http, io
+
+from flowproof.addon.tunnel import TlsContexts
 
 
 def canned_bytes(flows: Path) -> bytes:
@@ -52,20 +52,11 @@ def canned_bytes(flows: Path) -> bytes:
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
-def server_context(confdir: Path, host: str, scratch: Path) -> ssl.SSLContext:
-    """A server context with the leaf mitmproxy's certificate store would make for ``host``."""
+def server_context(confdir: Path, host: str) -> ssl.SSLContext:
+    """A server context with the leaf mitmproxy's certificate store would make for ``host``,
+    built as flowproof's own replayed tunnel builds it (`flowproof.addon.tunnel.TlsContexts`)."""
     store = certs.CertStore.from_store(confdir, "mitmproxy", 2048)
-    entry = store.get_cert(host, [x509.DNSName(host)])
-    pem = scratch / "leaf.pem"
-    pem.write_bytes(entry.cert.to_pem() + store.default_ca.to_pem())
-    key = scratch / "leaf.key"
-    key.write_bytes(entry.privatekey.private_bytes(serialization.Encoding.PEM,
-                                                   serialization.PrivateFormat.PKCS8,
-                                                   serialization.NoEncryption()))
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(pem, key)
-    context.set_alpn_protocols(["http/1.1"])
-    return context
+    return TlsContexts().get(store.get_cert(host, [x509.DNSName(host)]))
 
 
 def content_length(head: bytes) -> int:
@@ -78,36 +69,35 @@ def content_length(head: bytes) -> int:
 
 async def serve(confdir: Path, flows: Path, host: str) -> None:
     answer = canned_bytes(flows)
-    with tempfile.TemporaryDirectory(prefix="tls-floor-") as d:
-        tls = server_context(confdir, host, Path(d))
+    tls = server_context(confdir, host)
 
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                connect = await reader.readuntil(b"\r\n\r\n")
-                if not connect.startswith(b"CONNECT "):
-                    return
-                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            connect = await reader.readuntil(b"\r\n\r\n")
+            if not connect.startswith(b"CONNECT "):
+                return
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            await writer.start_tls(tls)
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(content_length(head))
+                writer.write(answer)
                 await writer.drain()
-                await writer.start_tls(tls)
-                while True:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                    await reader.readexactly(content_length(head))
-                    writer.write(answer)
-                    await writer.drain()
-            except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-                pass
-            finally:
-                writer.close()
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
 
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        print(f"listening at 127.0.0.1:{port}", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        async with server:
-            await stop.wait()
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    print(f"listening at 127.0.0.1:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with server:
+        await stop.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
