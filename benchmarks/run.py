@@ -340,6 +340,18 @@ class Bench:
             self.script(reply, self.calls + 1)
             flowproof_run(spec, self.fp_env, "--record", "--upstream", f"{OPENAI}={self.server.url}")
 
+    def _replay_through(self, peer: str, cfg: Config, start: Callable[[], Mitmdump]) -> Sample:
+        """A replay peer that is a proxy process: started (its start counted), the agent run
+        through it offline, stopped."""
+        with self.offline(peer):
+            started = time.perf_counter()
+            proxy = start()
+            try:
+                result, _ = run_agent(cfg, self.calls, self.proxy_env(proxy), self.out)
+            finally:
+                proxy.stop()
+            return Sample.of(result, time.perf_counter() - started, cfg.concurrency)
+
     def run_peer(self, peer: str, cfg: Config) -> Sample:
         d = self.tmp / cfg.slug
         if peer == "floor":
@@ -356,37 +368,18 @@ class Bench:
                 proxy.stop()
             return Sample.of(result, time.perf_counter() - started, cfg.concurrency)
         if peer == "mitm-replay":
-            with self.offline(peer):
-                started = time.perf_counter()
-                proxy = Mitmdump(d, self.confdir, "--server-replay", str(d / "flows.mitm"),
-                                 "--set", "server_replay_extra=kill")
-                try:
-                    result, _ = run_agent(cfg, self.calls, self.proxy_env(proxy), self.out)
-                finally:
-                    proxy.stop()
-                return Sample.of(result, time.perf_counter() - started, cfg.concurrency)
+            return self._replay_through(peer, cfg, lambda: Mitmdump(
+                d, self.confdir, "--server-replay", str(d / "flows.mitm"), "--set", "server_replay_extra=kill"))
         if peer in ("mitm-canned", "mitm-canned-lean", "mitm-canned-tunnel", "mitm-canned-tls"):
-            with self.offline(peer):
-                started = time.perf_counter()
-                proxy = Mitmdump(d, self.confdir, "-s", str(PEER_SCRIPT), "--set", f"bench_canned={d / 'flows.mitm'}",
-                                 "--set", f"bench_lean={str(peer != 'mitm-canned').lower()}",
-                                 "--set", f"bench_tunnel={str(peer == 'mitm-canned-tunnel').lower()}",
-                                 "--set", f"bench_tls={str(peer == 'mitm-canned-tls').lower()}")
-                try:
-                    result, _ = run_agent(cfg, self.calls, self.proxy_env(proxy), self.out)
-                finally:
-                    proxy.stop()
-                return Sample.of(result, time.perf_counter() - started, cfg.concurrency)
+            return self._replay_through(peer, cfg, lambda: Mitmdump(
+                d, self.confdir, "-s", str(PEER_SCRIPT), "--set", f"bench_canned={d / 'flows.mitm'}",
+                "--set", f"bench_lean={str(peer != 'mitm-canned').lower()}",
+                "--set", f"bench_tunnel={str(peer == 'mitm-canned-tunnel').lower()}",
+                "--set", f"bench_tls={str(peer == 'mitm-canned-tls').lower()}"))
         if peer == "py-tls-canned":
-            with self.offline(peer):
-                started = time.perf_counter()
-                proxy = Mitmdump(d, self.confdir, argv=[sys.executable, str(TLS_FLOOR_PEER), "--confdir",
-                                                        str(self.confdir), "--flows", str(d / "flows.mitm")])
-                try:
-                    result, _ = run_agent(cfg, self.calls, self.proxy_env(proxy), self.out)
-                finally:
-                    proxy.stop()
-                return Sample.of(result, time.perf_counter() - started, cfg.concurrency)
+            return self._replay_through(peer, cfg, lambda: Mitmdump(
+                d, self.confdir, argv=[sys.executable, str(TLS_FLOOR_PEER), "--confdir", str(self.confdir),
+                                       "--flows", str(d / "flows.mitm")]))
         if peer == "vcrpy":
             with self.offline(peer):
                 result, whole = run_agent(cfg, self.calls, self.direct_env(), self.out,

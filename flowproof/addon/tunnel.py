@@ -257,6 +257,9 @@ class ReplayHttp(layer.Layer):
     def __init__(self, context: context.Context) -> None:
         super().__init__(context)
         self.buffer = bytearray()
+        #: The request whose head is read and whose body is still arriving: (request, where
+        #: its body starts in the buffer, where it ends).
+        self.pending: tuple[http.Request, int, int] | None = None
         self.handover: layer.Layer | None = None
         self.closed = False
 
@@ -272,30 +275,33 @@ class ReplayHttp(layer.Layer):
 
     def _serve(self) -> layer.CommandGenerator[None]:
         while not self.closed and self.handover is None:
-            # mitmproxy's HTTP/1 server skips blank lines before a request line too.
-            while self.buffer[:2] == b"\r\n":
-                del self.buffer[:2]
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                # A head ended by bare newlines, or longer than we read: mitmproxy's to read.
-                if len(self.buffer) > _MAX_HEAD or b"\n\n" in self.buffer:
+            if self.pending is None:
+                # mitmproxy's HTTP/1 server skips blank lines before a request line too.
+                while self.buffer[:2] == b"\r\n":
+                    del self.buffer[:2]
+                end = self.buffer.find(b"\r\n\r\n")
+                if end < 0:
+                    # A head ended by bare newlines, or longer than we read: mitmproxy's to read.
+                    if len(self.buffer) > _MAX_HEAD or b"\n\n" in self.buffer:
+                        yield from self._hand_over()
+                    return
+                try:
+                    request = http1.read_request_head(bytes(self.buffer[:end]).split(b"\r\n"))
+                    size = http1.expected_http_body_size(request)
+                except ValueError:
                     yield from self._hand_over()
+                    return
+                if not _plain(request) or size is None or size < 0:
+                    yield from self._hand_over()
+                    return
+                # The head is read once; its bytes stay in the buffer until the body is whole.
+                self.pending = (request, end + 4, end + 4 + size)
+            request, start, stop = self.pending
+            if len(self.buffer) < stop:
                 return
-            started = time.time()
-            try:
-                request = http1.read_request_head(bytes(self.buffer[:end]).split(b"\r\n"))
-                size = http1.expected_http_body_size(request)
-            except ValueError:
-                yield from self._hand_over()
-                return
-            if not _plain(request) or size is None or size < 0:
-                yield from self._hand_over()
-                return
-            if len(self.buffer) < end + 4 + size:
-                return
-            body = bytes(self.buffer[end + 4:end + 4 + size])
-            del self.buffer[:end + 4 + size]
-            request.timestamp_start = started
+            body = bytes(self.buffer[start:stop])
+            del self.buffer[:stop]
+            self.pending = None
             yield from self._answer(request, body)
 
     def _hand_over(self) -> layer.CommandGenerator[None]:

@@ -23,6 +23,7 @@ from mitmproxy.proxy.layers.tls import ServerTLSLayer
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons
 
+from flowproof.addon import tunnel
 from flowproof.addon.tunnel import ReplayHttp, ReplayTunnel, TlsContexts, take
 from flowproof.options import Mode, ProxyOptions
 from flowproof.runner.proxy import ProxyPool
@@ -256,15 +257,19 @@ class TestTheExchange:
             assert not flow.live and not handler.closed
             handler.hooks.clear()
 
-    def test_a_request_split_across_records_is_answered_once_whole(
-        self, tunnel_at: Any, ca_bundle: tuple[Path, Path]
+    def test_a_request_split_across_records_is_answered_once_whole_its_head_read_once(
+        self, tunnel_at: Any, ca_bundle: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
     ) -> None:
+        heads: list[object] = []
+        read_head = tunnel.http1.read_request_head
+        monkeypatch.setattr(tunnel.http1, "read_request_head", lambda lines: heads.append(lines) or read_head(lines))
         handler, client, _ = self._open(tunnel_at, ca_bundle[1], answer_with())
         received = b""
         for k in range(0, len(POST), 7):
             received += client.read(handler.feed(events.DataReceived(handler.client, client.send(POST[k:k + 7]))))
         assert received.endswith(ANSWER) and received.count(b"HTTP/1.1 200") == 1
         assert [name for name, _ in handler.hooks].count("request") == 1
+        assert len(heads) == 1  # the body's later pieces do not parse the head again
 
     def test_connection_close_is_honoured(self, tunnel_at: Any, ca_bundle: tuple[Path, Path]) -> None:
         handler, client, _ = self._open(tunnel_at, ca_bundle[1], answer_with())
