@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mitmproxy import ctx, exceptions, tls
 from mitmproxy.addonmanager import Loader
@@ -42,7 +43,7 @@ from flowproof.options import OPTIONS, Mode, ProxyOptions
 from flowproof.replay import Replayer, route_mismatch
 from flowproof.wire import is_model_host
 
-__all__ = ["CONCERNS", "FlowState", "Flowproof", "build_flow_state"]
+__all__ = ["CLIENT_TLS_MAX", "CONCERNS", "FlowState", "Flowproof", "build_flow_state", "cap_client_tls"]
 
 _OPTIONS = frozenset(o.name for o in OPTIONS)
 
@@ -52,6 +53,27 @@ CONCERNS: dict[Mode, type[Record | Replay | Compare]] = {
     Mode.REPLAY: Replay,
     Mode.COMPARE: Compare,
 }
+
+
+#: The highest TLS version mitmproxy offers an agent unless the user chose one (below).
+CLIENT_TLS_MAX = "TLS1_2"
+
+
+def cap_client_tls(options: Any) -> None:
+    """Offer agents TLS 1.2 at most where mitmproxy does their TLS, unless the user set
+    ``tls_version_client_max`` (``TLS1_3`` restores 1.3).
+
+    Over TLS 1.3 the server's session tickets follow the handshake. From a proxy on the same
+    machine they arrive while the agent writes its first request, and a client that reads and
+    writes one `ssl` socket from two threads (the `websockets` sync client, which openai's
+    ``responses.connect()`` uses) then loses that request now and then: 41 of 8,000
+    connections against 0 of 8,000 without tickets (docs/addon.md). pyOpenSSL cannot turn the
+    tickets off; over TLS 1.2 they come inside the handshake, before the client can write.
+    `flowproof.addon.tunnel` does its own TLS, 1.3 without tickets."""
+    if "tls_version_client_max" not in options:  # mitmproxy's tlsconfig addon is absent
+        return
+    if options.tls_version_client_max == options.default("tls_version_client_max"):
+        options.update(tls_version_client_max=CLIENT_TLS_MAX)
 
 
 @dataclass(slots=True)
@@ -134,6 +156,8 @@ class Flowproof:
             loader.add_option(option.name, option.typespec, default, option.help, choices=option.choices)
 
     def configure(self, updated: set[str]) -> None:
+        if "tls_version_client_max" in updated:
+            cap_client_tls(ctx.options)
         if not updated & _OPTIONS:
             return
         try:

@@ -98,6 +98,9 @@ def _server_context(entry: certs.CertStoreEntry) -> ssl.SSLContext:
         key_file.write_bytes(key)
         server.load_cert_chain(cert_file, key_file)
     server.set_alpn_protocols(["http/1.1"])
+    # No TLS 1.3 session ticket after the handshake: one arriving while a threaded client
+    # writes its first request loses that request (docs/addon.md, "When the agent hangs").
+    server.num_tickets = 0
     return server
 
 

@@ -377,3 +377,37 @@ def run_agent(port: int | None, bundle: Path, timeout: float = 60.0, **env: str)
     except (IndexError, ValueError):
         raise AssertionError(f"agent failed (rc {done.returncode}): {done.stderr.decode()[-3000:]}") from None
     return done.returncode, out
+
+
+def after_handshake(port: int, bundle: Path, host: str = "api.openai.com", wait: float = 0.5) -> tuple[str, bytes]:
+    """(TLS version, what the proxy sent in ``wait`` seconds after the handshake): a client
+    that says nothing yet, through a CONNECT tunnel to ``host``. A TLS 1.3 session ticket
+    is the bytes a threaded client can lose its first request to (docs/addon.md)."""
+    import socket
+    import ssl
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(f"CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            assert chunk, f"the proxy closed the tunnel: {head!r}"
+            head += chunk
+        assert head.startswith(b"HTTP/1.1 200"), head
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = ssl.create_default_context(cafile=str(bundle)).wrap_bio(incoming, outgoing, server_hostname=host)
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                sock.sendall(outgoing.read())
+                chunk = sock.recv(65536)
+                assert chunk, "the proxy closed the connection in the handshake"
+                incoming.write(chunk)
+        sock.sendall(outgoing.read())  # the client's Finished
+        sock.settimeout(wait)
+        try:
+            return str(tls.version()), sock.recv(65536)
+        except TimeoutError:
+            return str(tls.version()), b""

@@ -6,13 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
-from mitmproxy import exceptions
+from mitmproxy import exceptions, optmanager
 from mitmproxy.test import tflow
 
 from flowproof.addon import Compare, Record
+from flowproof.addon.core import CLIENT_TLS_MAX, cap_client_tls
 from flowproof.addon.eventlog import EventLog
 
-from .conftest import Harness, write_cassette
+from .conftest import Harness, after_handshake, start_mitmdump, write_cassette
 
 
 class TestOptions:
@@ -145,3 +146,51 @@ class TestLifecycle:
         (event,) = harness.events("ready")
         assert event["listen"] == []
         assert event["mode"] == "record"
+
+
+def _tls_options(value: str | None = None) -> optmanager.OptManager:
+    """The option as mitmproxy's tlsconfig addon declares it, set by the user to ``value``."""
+    options = optmanager.OptManager()
+    options.add_option("tls_version_client_max", str, "UNBOUNDED", "")
+    if value is not None:
+        options.update(tls_version_client_max=value)
+    return options
+
+
+class TestClientTls:
+    def test_agents_are_offered_tls_1_2_at_most_unless_the_user_chose(self) -> None:
+        untouched = _tls_options()
+        cap_client_tls(untouched)
+        assert untouched.tls_version_client_max == CLIENT_TLS_MAX == "TLS1_2"
+        chosen = _tls_options("TLS1_3")
+        cap_client_tls(chosen)
+        assert chosen.tls_version_client_max == "TLS1_3"
+        cap_client_tls(optmanager.OptManager())  # no tlsconfig addon (a bare test context): nothing to cap
+
+    def test_mitmproxy_s_tls_sends_nothing_between_the_handshake_and_the_first_request(
+        self, tmp_path: Path, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        """What a threaded client loses its first request to never comes (docs/addon.md)."""
+        confdir, bundle = ca_bundle
+        proxy = start_mitmdump(tmp_path, confdir, "flowproof_mode=record",
+                               f"flowproof_cassette={tmp_path / 'c.json'}", name="quiet")
+        try:
+            version, after = after_handshake(proxy.port, bundle)
+            assert proxy.stop() == 0
+        finally:
+            proxy.kill()
+        assert (version, after) == ("TLSv1.2", b"")
+
+    def test_a_user_s_tls_1_3_is_kept_and_then_session_tickets_follow_the_handshake(
+        self, tmp_path: Path, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        """The cap is what keeps the line quiet: with 1.3 chosen, mitmproxy's tickets come unasked."""
+        confdir, bundle = ca_bundle
+        proxy = start_mitmdump(tmp_path, confdir, "flowproof_mode=record", "tls_version_client_max=TLS1_3",
+                               f"flowproof_cassette={tmp_path / 'c.json'}", name="tickets")
+        try:
+            version, after = after_handshake(proxy.port, bundle, wait=5.0)
+            assert proxy.stop() == 0
+        finally:
+            proxy.kill()
+        assert version == "TLSv1.3" and after

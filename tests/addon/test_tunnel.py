@@ -28,7 +28,7 @@ from flowproof.addon.tunnel import ReplayHttp, ReplayTunnel, TlsContexts, take
 from flowproof.options import Mode, ProxyOptions
 from flowproof.runner.proxy import ProxyPool
 
-from .conftest import CHAT_PATH, chat_body, chat_turn, write_cassette
+from .conftest import CHAT_PATH, after_handshake, chat_body, chat_turn, write_cassette
 
 HOST = "api.openai.com"
 ANSWER = b"data: {\"choices\": []}\n\ndata: [DONE]\n\n"
@@ -403,3 +403,19 @@ class TestThroughARunnersProxy:
         # The first two through flowproof's own layers; the third offered a protocol besides
         # HTTP/1.1, so mitmproxy's client TLS layer took it, and the same hooks answered it.
         assert notes.read_text().splitlines() == ["response 200", "response 200", "mitmproxy tls", "response 200"]
+
+    def test_a_replayed_tunnel_speaks_tls_1_3_and_sends_nothing_before_the_first_request(
+        self, tmp_path: Path, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        """No session ticket after the handshake, so a threaded client cannot lose its first
+        request to one (docs/addon.md); 1.3 is flowproof's own TLS (mitmproxy's offers 1.2)."""
+        confdir, bundle = ca_bundle
+        cassette = write_cassette(tmp_path / "c.json", chat_turn(0, chat_body(), "answer"))
+        with ProxyPool() as pool:
+            session = pool.open(ProxyOptions(mode=Mode.REPLAY, cassette=cassette, report=tmp_path / "s.jsonl"),
+                                confdir)
+            try:
+                version, after = after_handshake(session.port, bundle, HOST)
+            finally:
+                session.stop()
+        assert (version, after) == ("TLSv1.3", b"")
