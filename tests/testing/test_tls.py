@@ -37,6 +37,27 @@ class TestCertificate:
                     assert tls.selected_alpn_protocol() == chosen
         assert server_context(*write_certificate(tmp_path), http2=True).protocol == ssl.PROTOCOL_TLS_SERVER
 
+    def test_nothing_follows_the_handshake_until_the_client_speaks(self) -> None:
+        """No TLS 1.3 session ticket: one landing while a threaded client writes its first
+        request loses that request (docs/addon.md, "TLS 1.2 for agents, and why")."""
+        with FakeModelServer(tls=True) as server:
+            context = ssl.create_default_context(cafile=str(server.cert_file))
+            incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            tls = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+                while True:
+                    try:
+                        tls.do_handshake()
+                        break
+                    except ssl.SSLWantReadError:
+                        raw.sendall(outgoing.read())
+                        incoming.write(raw.recv(65536))
+                raw.sendall(outgoing.read())
+                raw.settimeout(0.5)
+                with pytest.raises(TimeoutError):
+                    raw.recv(65536)
+            assert tls.version() == "TLSv1.3"
+
     def test_untrusted_client_is_refused_quietly(self) -> None:
         """A client that does not trust the certificate fails its handshake; the server has no fault."""
         with FakeModelServer(tls=True) as server:
