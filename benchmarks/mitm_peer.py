@@ -23,6 +23,11 @@
   the leaf from mitmproxy's own certificate store) and reads each request
   itself, and writes the canned answer back. So: what a replay costs inside
   mitmdump when only the connection and the ``CONNECT`` are mitmproxy's.
+- ``--set bench_connect=true`` with it answers the ``CONNECT`` too, in the layer
+  `CannedConnect` that the first `next_layer` decision installs, and then
+  serves the tunnel as `CannedTunnel` does: what is left is mitmproxy's accept
+  and connection handler alone (no HTTP layer, no ``http_connect`` hook, one
+  `next_layer` decision).
 - ``--set bench_tls=true`` with it takes only the tunnel's client TLS out of
   mitmproxy, into flowproof's own (`flowproof.addon.tunnel.ReplayTunnel`),
   with mitmproxy's HTTP layer above it: what the TLS layer alone costs.
@@ -59,6 +64,7 @@ class BenchPeer:
         loader.add_option("bench_lean", bool, False, "drop the addons a runner's proxy drops")
         loader.add_option("bench_tunnel", bool, False, "serve api.openai.com tunnels in one layer of our own")
         loader.add_option("bench_tls", bool, False, "take api.openai.com tunnels' TLS only, HTTP stays mitmproxy's")
+        loader.add_option("bench_connect", bool, False, "answer the CONNECT too, then serve the tunnel as bench_tunnel")
         self.tunnel_tls = TlsContexts()
         self.answer = b""
 
@@ -83,6 +89,11 @@ class BenchPeer:
 
     def next_layer(self, nextlayer: layer.NextLayer) -> None:
         # Scripts run ahead of mitmproxy's own NextLayer addon, which leaves a layer set here alone.
+        if (ctx.options.bench_connect and self.answer and nextlayer.layer is None
+                and len(nextlayer.context.layers) == 1 and nextlayer.data_client().startswith(b"CONNECT ")):
+            # The benchmark's agent only ever tunnels to api.openai.com.
+            nextlayer.layer = CannedConnect(nextlayer.context, self.tls_context("api.openai.com"), self.answer)
+            return
         host = nextlayer.context.server.address
         wanted = ctx.options.bench_tunnel or ctx.options.bench_tls
         if (not wanted or not self.answer or nextlayer.layer is not None or host is None
@@ -161,6 +172,28 @@ class CannedTunnel(layer.Layer):
                 yield commands.SendData(client, out)
         elif isinstance(event, events.ConnectionClosed) and event.connection is client:
             yield commands.CloseConnection(client)
+
+
+class CannedConnect(CannedTunnel):
+    """`CannedTunnel` that answers the tunnel's ``CONNECT`` itself first."""
+
+    def __init__(self, context: Any, tls: ssl.SSLContext, answer: bytes) -> None:
+        super().__init__(context, tls, answer)
+        self.head: bytes | None = b""
+
+    def _handle_event(self, event: events.Event) -> layer.CommandGenerator[None]:
+        client = self.context.client
+        if self.head is not None and isinstance(event, events.DataReceived) and event.connection is client:
+            self.head += event.data
+            end = self.head.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            rest, self.head = self.head[end + 4:], None
+            yield commands.SendData(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
+            if not rest:
+                return
+            event = events.DataReceived(client, rest)
+        yield from super()._handle_event(event)
 
 
 def _content_length(head: bytes) -> int:

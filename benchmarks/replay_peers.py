@@ -11,6 +11,8 @@ interleaved round by round): only
                    (`flowproof.addon.lean`): the floor of flowproof's proxy route
   (j) mitm canned-tunnel  canned-lean, with each api.openai.com tunnel's TLS and HTTP taken out of
                    mitmproxy's layers into one layer of the peer's own (``bench_tunnel``)
+  (k) mitm canned-connect  canned-tunnel, with the ``CONNECT`` answered in that layer too
+                   (``bench_connect``): mitmproxy's accept and connection handler alone
   (i) py tls canned  a bare asyncio + ``ssl`` proxy answering the same way (benchmarks/tls_floor_peer.py):
                    the floor of any proxy-route replay written in Python, mitmproxy or not
 
@@ -43,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run  # noqa: E402 — benchmarks/ is a folder of scripts, found through sys.path
 
 PEERS = ("floor", "mitm-replay", "mitm-canned", "mitm-canned-lean", "mitm-canned-tls", "mitm-canned-tunnel",
-         "py-tls-canned", "fp-proxy")
+         "mitm-canned-connect", "py-tls-canned", "fp-proxy")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,6 +125,7 @@ def render(args: argparse.Namespace, peers: tuple[str, ...], samples: dict[str, 
     pairs = [(fp, other) for fp in peers if fp.startswith("fp-")
              for other in ("py-tls-canned", "mitm-canned-lean", "mitm-canned", "mitm-replay")]
     pairs += [("py-tls-canned", "mitm-replay"), ("mitm-canned-tunnel", "mitm-replay"),
+              ("mitm-canned-connect", "mitm-replay"),
               ("mitm-canned-tls", "mitm-replay")]
     for fp, other in pairs:
         if fp in peers and other in peers:

@@ -370,11 +370,13 @@ class Bench:
         if peer == "mitm-replay":
             return self._replay_through(peer, cfg, lambda: Mitmdump(
                 d, self.confdir, "--server-replay", str(d / "flows.mitm"), "--set", "server_replay_extra=kill"))
-        if peer in ("mitm-canned", "mitm-canned-lean", "mitm-canned-tunnel", "mitm-canned-tls"):
+        if peer in ("mitm-canned", "mitm-canned-lean", "mitm-canned-tunnel", "mitm-canned-connect",
+                    "mitm-canned-tls"):
             return self._replay_through(peer, cfg, lambda: Mitmdump(
                 d, self.confdir, "-s", str(PEER_SCRIPT), "--set", f"bench_canned={d / 'flows.mitm'}",
                 "--set", f"bench_lean={str(peer != 'mitm-canned').lower()}",
                 "--set", f"bench_tunnel={str(peer == 'mitm-canned-tunnel').lower()}",
+                "--set", f"bench_connect={str(peer == 'mitm-canned-connect').lower()}",
                 "--set", f"bench_tls={str(peer == 'mitm-canned-tls').lower()}"))
         if peer == "py-tls-canned":
             return self._replay_through(peer, cfg, lambda: Mitmdump(

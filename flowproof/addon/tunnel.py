@@ -49,7 +49,11 @@ from mitmproxy import certs, ctx, flow, http
 from mitmproxy.net.http import http1
 from mitmproxy.proxy import commands, context, events, layer, mode_specs, tunnel
 from mitmproxy.proxy.layers import http as http_layers
+from mitmproxy.proxy.layers import modes
 from mitmproxy.proxy.layers.http._hooks import (
+    HttpConnectedHook,
+    HttpConnectErrorHook,
+    HttpConnectHook,
     HttpErrorHook,
     HttpRequestHeadersHook,
     HttpRequestHook,
@@ -62,7 +66,7 @@ from mitmproxy.tls import ClientHello, TlsData
 from flowproof.options import Mode
 from flowproof.wire import is_model_host
 
-__all__ = ["ReplayHttp", "ReplayTunnel", "TlsContexts", "take"]
+__all__ = ["ReplayConnect", "ReplayHttp", "ReplayTunnel", "TlsContexts", "take"]
 
 #: A head longer than this is left to mitmproxy, whose own limit then answers it.
 _MAX_HEAD = 64 * 1024
@@ -105,14 +109,24 @@ def _server_context(entry: certs.CertStoreEntry) -> ssl.SSLContext:
 
 
 def take(nextlayer: layer.NextLayer, replays: Callable[[Any], Any | None], contexts: TlsContexts) -> bool:
-    """Serve the tunnel ``nextlayer`` is asked about with `ReplayTunnel` when it can; True if so.
+    """Serve the connection ``nextlayer`` is asked about with flowproof's own layers when it
+    can; True if so.
 
     ``replays(client)`` gives the config of the replaying session ``client`` (a client
-    connection) belongs to, or None. Taken: a ``CONNECT`` tunnel of a regular listener whose
-    first bytes are a whole TLS ClientHello that offers no protocol but HTTP/1.1, to a
-    provider's or a gateway's host, of a session that replays."""
+    connection) belongs to, or None. Taken, of a regular listener's connection of a session
+    that replays:
+
+    - at its first decision, a whole ``CONNECT`` request to a provider's or a gateway's host:
+      `ReplayConnect` answers it and serves the tunnel;
+    - inside a ``CONNECT`` mitmproxy answered (one whose head came in pieces), a tunnel to
+      such a host whose first bytes are a whole TLS ClientHello that offers no protocol but
+      HTTP/1.1: `ReplayTunnel` under mitmproxy's server TLS layer."""
     ctx_ = nextlayer.context
-    if nextlayer.layer is not None or ctx_.server.address is None:
+    if nextlayer.layer is not None:
+        return False
+    if len(ctx_.layers) == 1 and isinstance(ctx_.layers[0], modes.HttpProxy):
+        return _take_connect(nextlayer, replays, contexts)
+    if ctx_.server.address is None:
         return False
     # Inside a CONNECT: the stack is the regular listener's, its HTTP layer then the CONNECT's stream.
     if not any(isinstance(outer, http_layers.HttpLayer) and outer.mode is http_layers.HTTPMode.regular
@@ -127,7 +141,7 @@ def take(nextlayer: layer.NextLayer, replays: Callable[[Any], Any | None], conte
         hello = parse_client_hello(data)
     except ValueError:
         return False
-    if hello is None or any(p != b"http/1.1" for p in hello.alpn_protocols):
+    if hello is None or not _offers_http1_only(hello):
         return False
     config = replays(ctx_.client)
     if config is None or config.mode is not Mode.REPLAY:
@@ -137,10 +151,132 @@ def take(nextlayer: layer.NextLayer, replays: Callable[[Any], Any | None], conte
     # itself; a host mapped upstream alone sends what is not a model call on to the mapping.
     if not is_model_host(host, config.options.extra_hosts):
         return False
+    nextlayer.layer = _tunnel_layers(ctx_, hello, contexts)
+    return True
+
+
+def _offers_http1_only(hello: ClientHello) -> bool:
+    return all(p == b"http/1.1" for p in hello.alpn_protocols)
+
+
+def _tunnel_layers(ctx_: context.Context, hello: ClientHello, contexts: TlsContexts) -> layer.Layer:
+    """`ReplayTunnel` under mitmproxy's server TLS layer, as mitmproxy's next layer stacks TLS."""
     server_tls = ServerTLSLayer(ctx_)
     server_tls.child_layer = ReplayTunnel(ctx_, hello, contexts)
-    nextlayer.layer = server_tls
+    return server_tls
+
+
+def _take_connect(nextlayer: layer.NextLayer, replays: Callable[[Any], Any | None], contexts: TlsContexts) -> bool:
+    ctx_ = nextlayer.context
+    if not isinstance(ctx_.client.proxy_mode, mode_specs.RegularMode) or ctx_.client.tls:
+        return False
+    data = nextlayer.data_client()
+    if not data.startswith(b"CONNECT "):
+        return False
+    end = data.find(b"\r\n\r\n")
+    if end < 0 or end > _MAX_HEAD:
+        return False  # in pieces (or too long): mitmproxy's HTTP layer reads it
+    try:
+        request = http1.read_request_head(data[:end].split(b"\r\n"))
+    except ValueError:
+        return False
+    if request.method != "CONNECT" or not request.host or request.headers.get("content-length", "0") != "0":
+        return False
+    # An eager proxy dials the target at CONNECT; a runner's proxy is lazy (flowproof.runner.spawn).
+    if getattr(ctx_.options, "connection_strategy", "lazy") != "lazy":
+        return False
+    config = replays(ctx_.client)
+    if config is None or config.mode is not Mode.REPLAY:
+        return False
+    if not is_model_host(request.host, config.options.extra_hosts):
+        return False
+    nextlayer.layer = ReplayConnect(ctx_, contexts)
     return True
+
+
+class ReplayConnect(layer.Layer):
+    """A regular listener's ``CONNECT`` to a replayed model host, answered as mitmproxy's HTTP
+    stream answers one (``http_connect``, then ``http_connected`` and ``200 Connection
+    established``), then its tunnel: `ReplayTunnel` when the ClientHello offers HTTP/1.1
+    alone, else mitmproxy's own next layer (its client TLS, its HTTP layer).
+
+    mitmproxy would keep its HTTP layer, stream and HTTP/1 server between the listener and
+    the tunnel for the connection's whole life, every chunk of a stream passing through
+    them; here the tunnel's layers are this one's only child."""
+
+    def __init__(self, context: context.Context, contexts: TlsContexts) -> None:
+        super().__init__(context)
+        self.contexts = contexts
+        self.buffer = b""
+        self.child: layer.Layer | None = None
+        self.connected = False
+        self.closed = False
+
+    def _handle_event(self, event: events.Event) -> layer.CommandGenerator[None]:
+        client = self.context.client
+        if self.child is not None:
+            yield from self.child.handle_event(event)
+        elif isinstance(event, events.DataReceived) and event.connection is client and not self.closed:
+            self.buffer += event.data
+            if not self.connected:
+                yield from self._connect()
+            if self.connected and self.buffer:
+                yield from self._choose_tunnel()
+        elif isinstance(event, events.ConnectionClosed) and event.connection is client and not self.closed:
+            self.closed = True
+            yield commands.CloseConnection(client)
+
+    def _connect(self) -> layer.CommandGenerator[None]:
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:  # the decision saw it whole: a guard, not a path
+            return
+        client = self.context.client
+        request = http1.read_request_head(self.buffer[:end].split(b"\r\n"))
+        request.timestamp_end = time.time()
+        self.buffer = self.buffer[end + 4:]
+        flow_ = http.HTTPFlow(client, self.context.server)
+        flow_.request = request
+        flow_.live = True
+        yield HttpConnectHook(flow_)
+        if flow_.error and flow_.error.msg == flow.Error.KILLED_MESSAGE:
+            self.closed = True
+            yield commands.CloseConnection(client)
+            return
+        self.context.server.address = (request.host, request.port)
+        if flow_.response is None:
+            flow_.response = http.Response(request.data.http_version, 200, b"Connection established",
+                                           http.Headers(), b"", None, time.time(), time.time())
+        response = flow_.response
+        if 200 <= response.status_code < 300:
+            yield HttpConnectedHook(flow_)
+            self.connected = True
+            yield commands.SendData(client, http1.assemble_response_head(response) + (response.raw_content or b""))
+        else:
+            yield HttpConnectErrorHook(flow_)
+            flow_.live = False
+            self.closed = True
+            yield commands.SendData(client, http1.assemble_response(response))
+            yield commands.CloseConnection(client)
+
+    def _choose_tunnel(self) -> layer.CommandGenerator[None]:
+        hello: ClientHello | None = None
+        if self.buffer[:1] == b"\x16":
+            try:
+                hello = parse_client_hello(self.buffer)
+            except ValueError:
+                pass
+            else:
+                if hello is None:
+                    return  # the ClientHello is still arriving
+        if hello is not None and _offers_http1_only(hello):
+            child: layer.Layer = _tunnel_layers(self.context, hello, self.contexts)
+        else:
+            # What mitmproxy's HTTP stream stacks under a CONNECT it answered.
+            child = layer.NextLayer(self.context)
+        self.child = child
+        data, self.buffer = self.buffer, b""
+        yield from child.handle_event(events.Start())
+        yield from child.handle_event(events.DataReceived(self.context.client, data))
 
 
 class ReplayTunnel(tunnel.TunnelLayer):

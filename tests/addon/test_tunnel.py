@@ -24,7 +24,7 @@ from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons
 
 from flowproof.addon import tunnel
-from flowproof.addon.tunnel import ReplayHttp, ReplayTunnel, TlsContexts, take
+from flowproof.addon.tunnel import ReplayConnect, ReplayHttp, ReplayTunnel, TlsContexts, take
 from flowproof.options import Mode, ProxyOptions
 from flowproof.runner.proxy import ProxyPool
 
@@ -228,6 +228,114 @@ class TestWhichTunnelsAreTaken:
         assert not tunnel_at(b"GET / HTTP/1.1\r\n\r\n", replaying())[0]
 
 
+CONNECT = b"CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n\r\n"
+ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+
+
+@pytest.fixture
+def connect_at(ca_bundle: tuple[Path, Path]) -> Any:
+    """A function: (first bytes, replays) → (taken, the NextLayer asked), at a regular
+    listener's first decision, in a proxy context with mitmproxy's TLS config over the test CA."""
+    confdir, _bundle = ca_bundle
+    with taddons.context(TlsConfig(), Proxyserver()) as tctx:
+        tctx.options.update(confdir=str(confdir), connection_strategy="lazy")
+        contexts = TlsContexts()
+
+        def ask(data: bytes, replays: Callable[[Any], Any]) -> tuple[bool, layer.NextLayer]:
+            client = connection.Client(peername=("127.0.0.1", 50000), sockname=("127.0.0.1", 8080),
+                                       timestamp_start=time.time(), proxy_mode=ProxyMode.parse("regular"),
+                                       state=connection.ConnectionState.OPEN)
+            ctx_ = context.Context(client, tctx.options)
+            modes.HttpProxy(ctx_)
+            nextlayer = layer.NextLayer(ctx_)
+            nextlayer.events = [events.Start(), events.DataReceived(client, data)]
+            return take(nextlayer, replays, contexts), nextlayer
+
+        yield ask, tctx
+
+
+class TestTheConnect:
+    def test_a_whole_connect_to_a_replayed_model_host_is_answered_by_flowproof(self, connect_at: Any) -> None:
+        ask, _ = connect_at
+        taken, nextlayer = ask(CONNECT, replaying())
+        assert taken and isinstance(nextlayer.layer, ReplayConnect)
+
+    @pytest.mark.parametrize("data", [
+        CONNECT[:20],  # in pieces: mitmproxy's HTTP layer reads the rest
+        b"GET http://api.openai.com/v1/models HTTP/1.1\r\nHost: api.openai.com\r\n\r\n",
+        CONNECT.replace(b"api.openai.com", b"telemetry.example.com"),
+        b"CONNECT api.openai.com:443 HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+    ])
+    def test_anything_else_is_left_to_mitmproxy(self, connect_at: Any, data: bytes) -> None:
+        ask, _ = connect_at
+        taken, nextlayer = ask(data, replaying())
+        assert not taken and nextlayer.layer is None
+
+    @pytest.mark.parametrize("mode", [Mode.RECORD, Mode.COMPARE])
+    def test_a_session_that_reaches_the_model_keeps_mitmproxy_s_connect(self, connect_at: Any, mode: Mode) -> None:
+        ask, _ = connect_at
+        assert not ask(CONNECT, replaying(mode))[0]
+        assert not ask(CONNECT, lambda client: None)[0]
+
+    def test_an_eager_proxy_keeps_mitmproxy_s_connect(self, connect_at: Any) -> None:
+        ask, tctx = connect_at
+        tctx.options.update(connection_strategy="eager")
+        assert not ask(CONNECT, replaying())[0]
+
+    def _connected(self, connect_at: Any, answer: Callable[[commands.StartHook], None],
+                   ) -> tuple[Handler, bytes]:
+        ask, _ = connect_at
+        taken, nextlayer = ask(CONNECT, replaying())
+        assert taken
+        handler = Handler(nextlayer.layer, nextlayer.context.client, answer)
+        handler.feed(events.Start())
+        return handler, handler.feed(events.DataReceived(handler.client, CONNECT))
+
+    def test_the_connect_runs_mitmproxy_s_hooks_then_the_tunnel_is_a_replayed_one(
+        self, connect_at: Any, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        handler, sent = self._connected(connect_at, answer_with())
+        assert sent == ESTABLISHED
+        assert [name for name, _ in handler.hooks] == ["http_connect", "http_connected"]
+        flow = handler.hooks[0][1].flow
+        assert (flow.request.method, flow.request.host, flow.request.port) == ("CONNECT", HOST, 443)
+        assert handler.top.context.server.address == (HOST, 443)
+        handler.hooks.clear()
+        client = Client(ca_bundle[1], ["http/1.1"])
+        assert handshake(handler, client, client.hello())
+        assert isinstance(handler.top.child, ServerTLSLayer)
+        reply = exchange(handler, client, POST)
+        assert reply.startswith(b"HTTP/1.1 200 OK\r\n") and reply.endswith(ANSWER)
+        assert [name for name, _ in handler.hooks] == ["requestheaders", "request", "responseheaders", "response"]
+
+    def test_a_client_offering_http_2_gets_mitmproxy_s_next_layer_inside_the_tunnel(
+        self, connect_at: Any, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        handler, _ = self._connected(connect_at, answer_with())
+        handler.hooks.clear()
+        handler.feed(events.DataReceived(handler.client, Client(ca_bundle[1], ["h2", "http/1.1"]).hello()))
+        assert isinstance(handler.top.child, layer.NextLayer)
+        assert [name for name, _ in handler.hooks] == ["next_layer"]
+
+    def test_a_hook_that_refuses_the_connect_is_answered_and_the_connection_closed(self, connect_at: Any) -> None:
+        def refuse(hook: commands.StartHook) -> None:
+            if hook.name == "http_connect":
+                hook.flow.response = http.Response.make(403, b"no")  # type: ignore[attr-defined]
+
+        handler, sent = self._connected(connect_at, refuse)
+        assert sent.startswith(b"HTTP/1.1 403 Forbidden\r\n") and sent.endswith(b"no")
+        assert [name for name, _ in handler.hooks] == ["http_connect", "http_connect_error"]
+        assert handler.closed
+
+    def test_a_killed_connect_closes_without_an_answer(self, connect_at: Any) -> None:
+        def kill(hook: commands.StartHook) -> None:
+            if hook.name == "http_connect":
+                hook.flow.kill()  # type: ignore[attr-defined]
+
+        handler, sent = self._connected(connect_at, kill)
+        assert sent == b"" and handler.closed
+
+
 class TestTheExchange:
     def _open(self, tunnel_at: Any, bundle: Path | None, answer: Callable[[commands.StartHook], None],
               ) -> tuple[Handler, Client, bool]:
@@ -351,6 +459,13 @@ class Probe:
         with open(NOTES, "a") as f:
             f.write(what + "\\n")
 
+    def next_layer(self, nextlayer):
+        # After flowproof's own hook: a layer of flowproof's, or None (mitmproxy's to choose).
+        self._note(f"layer {type(nextlayer.layer).__name__}")
+
+    def http_connect(self, flow):
+        self._note("connect")
+
     def tls_established_client(self, data):
         self._note("mitmproxy tls")
 
@@ -400,9 +515,13 @@ class TestThroughARunnersProxy:
                 session.stop()
         assert [status for status, _ in served] == [200, 200, 200]
         assert [b"answer %d" % k in payload for k, (_, payload) in enumerate(served)] == [True] * 3
-        # The first two through flowproof's own layers; the third offered a protocol besides
-        # HTTP/1.1, so mitmproxy's client TLS layer took it, and the same hooks answered it.
-        assert notes.read_text().splitlines() == ["response 200", "response 200", "mitmproxy tls", "response 200"]
+        # Each CONNECT answered by flowproof (one decision, no HTTP layer of mitmproxy's); the
+        # first two tunnels through flowproof's own layers; the third offered a protocol besides
+        # HTTP/1.1, so mitmproxy chose its layers (TLS, then HTTP), and the same hooks answered it.
+        ours = ["layer ReplayConnect", "connect", "response 200"]
+        assert notes.read_text().splitlines() == [
+            *ours, *ours,
+            "layer ReplayConnect", "connect", "layer NoneType", "mitmproxy tls", "layer NoneType", "response 200"]
 
     def test_a_replayed_tunnel_speaks_tls_1_3_and_sends_nothing_before_the_first_request(
         self, tmp_path: Path, ca_bundle: tuple[Path, Path]
