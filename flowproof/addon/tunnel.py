@@ -10,6 +10,12 @@ needs neither. In a runner's proxy, a tunnel to a provider's or a gateway's host
 of a session that replays (where replay answers every request itself), is
 instead served by:
 
+- `ReplayConnect`, which answers the tunnel's ``CONNECT`` (with mitmproxy's own
+  ``http_connect`` and ``http_connected`` hooks) when its first bytes are a whole
+  ``CONNECT``, in place of mitmproxy's HTTP layer, stream and HTTP/1 server,
+  which would otherwise stay between the listener and the tunnel for the
+  connection's whole life; then, by the ClientHello, the two layers below, or
+  mitmproxy's own next layer;
 - `ReplayTunnel`, the client side's TLS with the standard library's ``ssl``
   (memory buffers, the leaf mitmproxy's own certificate store makes for the
   connection, ALPN ``http/1.1``), in place of mitmproxy's ``ClientTLSLayer``
