@@ -109,7 +109,7 @@ def _server_context(entry: certs.CertStoreEntry) -> ssl.SSLContext:
         server.load_cert_chain(cert_file, key_file)
     server.set_alpn_protocols(["http/1.1"])
     # No TLS 1.3 session ticket after the handshake: one arriving while a threaded client
-    # writes its first request loses that request (docs/addon.md, "When the agent hangs").
+    # writes its first request loses that request (docs/addon.md, "TLS 1.2 for agents, and why").
     server.num_tickets = 0
     return server
 
