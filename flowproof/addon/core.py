@@ -16,6 +16,7 @@ cassette is parsed once, in ``configure``.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from mitmproxy.proxy import layer
 
 from flowproof.addon.compare import Compare
 from flowproof.addon.eventlog import EventLog
+from flowproof.addon.inline import rest
 from flowproof.addon.lean import drop_unused, skip_idle
 from flowproof.addon.mcp import McpBoundary
 from flowproof.addon.options import AddonConfig, options_by_hand
@@ -249,6 +251,10 @@ class Flowproof:
         (`flowproof.addon.tunnel`); anything else is mitmproxy's own next layer's to choose."""
         if self.warm is not None:
             take(nextlayer, self._replay_config, self._tunnel_tls)
+
+    async def flowproof_rest(self, task: asyncio.Task[None]) -> None:
+        """The rest of a hook one of those layers ran inline (`flowproof.addon.inline`)."""
+        await rest(task)
 
     def _replay_config(self, client: object) -> AddonConfig | None:
         session = self.warm.session_of(client) if self.warm is not None else None

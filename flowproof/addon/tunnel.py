@@ -69,6 +69,7 @@ from mitmproxy.proxy.layers.http._hooks import (
 from mitmproxy.proxy.layers.tls import ServerTLSLayer, TlsFailedClientHook, parse_client_hello
 from mitmproxy.tls import ClientHello, TlsData
 
+from flowproof.addon.inline import fire
 from flowproof.options import Mode
 from flowproof.wire import is_model_host
 
@@ -243,7 +244,7 @@ class ReplayConnect(layer.Layer):
         flow_ = http.HTTPFlow(client, self.context.server)
         flow_.request = request
         flow_.live = True
-        yield HttpConnectHook(flow_)
+        yield from fire(HttpConnectHook(flow_))
         if flow_.error and flow_.error.msg == flow.Error.KILLED_MESSAGE:
             self.closed = True
             yield commands.CloseConnection(client)
@@ -254,11 +255,11 @@ class ReplayConnect(layer.Layer):
                                            http.Headers(), b"", None, time.time(), time.time())
         response = flow_.response
         if 200 <= response.status_code < 300:
-            yield HttpConnectedHook(flow_)
+            yield from fire(HttpConnectedHook(flow_))
             self.connected = True
             yield commands.SendData(client, http1.assemble_response_head(response) + (response.raw_content or b""))
         else:
-            yield HttpConnectErrorHook(flow_)
+            yield from fire(HttpConnectErrorHook(flow_))
             flow_.live = False
             self.closed = True
             yield commands.SendData(client, http1.assemble_response(response))
@@ -468,10 +469,10 @@ class ReplayHttp(layer.Layer):
         flow_ = http.HTTPFlow(self.context.client, self.context.server)
         flow_.request = request
         flow_.live = True
-        yield HttpRequestHeadersHook(flow_)
+        yield from fire(HttpRequestHeadersHook(flow_))
         if (yield from self._killed(flow_)):
             return
-        yield HttpRequestHook(flow_)
+        yield from fire(HttpRequestHook(flow_))
         if (yield from self._killed(flow_)):
             return
         if flow_.response is None:
@@ -480,11 +481,11 @@ class ReplayHttp(layer.Layer):
                 502, b'{"error": {"message": "flowproof: nothing answered this call"}}',
                 {"content-type": "application/json"})
         flow_.response.timestamp_start = time.time()
-        yield HttpResponseHeadersHook(flow_)
+        yield from fire(HttpResponseHeadersHook(flow_))
         if (yield from self._killed(flow_)):
             return
         flow_.response.timestamp_end = time.time()
-        yield HttpResponseHook(flow_)
+        yield from fire(HttpResponseHook(flow_))
         if (yield from self._killed(flow_)):
             return
         flow_.live = False
@@ -498,7 +499,7 @@ class ReplayHttp(layer.Layer):
     def _killed(self, flow_: http.HTTPFlow) -> layer.CommandGenerator[bool]:
         if not (flow_.error and flow_.error.msg == flow.Error.KILLED_MESSAGE):
             return False
-        yield HttpErrorHook(flow_)
+        yield from fire(HttpErrorHook(flow_))
         flow_.live = False
         self.closed = True
         yield commands.CloseConnection(self.context.client)

@@ -477,7 +477,8 @@ addons = [Flowproof(), Probe()]
 '''
 
 
-def post_through(port: int, bundle: Path, body: bytes, alpn: list[str] | None = None) -> tuple[int, bytes]:
+def post_through(port: int, bundle: Path, body: bytes, alpn: list[str] | None = None,
+                 headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     """One call through the proxy's CONNECT tunnel to api.openai.com, on a connection of its own."""
     import http.client
 
@@ -487,11 +488,53 @@ def post_through(port: int, bundle: Path, body: bytes, alpn: list[str] | None = 
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=tls, timeout=30)
     conn.set_tunnel(HOST, 443)
     try:
-        conn.request("POST", CHAT_PATH, body=body, headers={"content-type": "application/json"})
+        conn.request("POST", CHAT_PATH, body=body, headers={"content-type": "application/json", **(headers or {})})
         response = conn.getresponse()
         return response.status, response.read()
     finally:
         conn.close()
+
+
+# A runner's proxy with an addon whose hooks do what user addons do, chosen by a header: one
+# schedules a callback for the loop's next turn, one awaits in ``request``, one intercepts the
+# flow and resumes it later.
+WAITING_PROBE = '''
+import asyncio
+
+from flowproof.addon import Flowproof
+
+
+def note(what):
+    with open(NOTES, "a") as f:
+        f.write(what + "\\n")
+
+
+class Probe:
+    def requestheaders(self, flow):
+        if flow.request.headers.get("x-probe") == "loop":
+            asyncio.get_running_loop().call_soon(note, "loop turned")
+
+    async def request(self, flow):
+        probe = flow.request.headers.get("x-probe")
+        if probe == "await":
+            note("await start")
+            await asyncio.sleep(0.05)
+            note("await end")
+        elif probe == "intercept":
+            flow.intercept()
+
+            def resume():
+                note("resumed")
+                flow.resume()
+
+            asyncio.get_running_loop().call_later(0.05, resume)
+
+    def response(self, flow):
+        note(f"response {flow.request.headers['x-probe']} {flow.response.status_code}")
+
+
+addons = [Flowproof(), Probe()]
+'''
 
 
 class TestThroughARunnersProxy:
@@ -538,3 +581,31 @@ class TestThroughARunnersProxy:
             finally:
                 session.stop()
         assert (version, after) == ("TLSv1.3", b"")
+
+    def test_the_tunnel_s_hooks_run_inline_and_wait_for_a_handler_that_waits(
+        self, tmp_path: Path, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        """A replayed call's hooks run within the event that completed its request, as long as
+        no handler waits (docs/hotpath.md); one that awaits, or intercepts the flow, holds the
+        call until it is done, as it would under mitmproxy's own layers."""
+        confdir, bundle = ca_bundle
+        notes = tmp_path / "notes.txt"
+        script = tmp_path / "probe_addon.py"
+        script.write_text(f"NOTES = {str(notes)!r}\n" + WAITING_PROBE, encoding="utf-8")
+        bodies = [chat_body(f"question {k}") for k in range(3)]
+        cassette = write_cassette(tmp_path / "c.json", *(chat_turn(k, b, f"answer {k}") for k, b in enumerate(bodies)))
+        with ProxyPool(script=script) as pool:
+            session = pool.open(ProxyOptions(mode=Mode.REPLAY, cassette=cassette, report=tmp_path / "s.jsonl"),
+                                confdir)
+            try:
+                served = [post_through(session.port, bundle, body, headers={"x-probe": probe})
+                          for probe, body in zip(("loop", "await", "intercept"), bodies, strict=True)]
+            finally:
+                session.stop()
+        assert [status for status, _ in served] == [200, 200, 200]
+        assert [b"answer %d" % k in payload for k, (_, payload) in enumerate(served)] == [True] * 3
+        assert notes.read_text().splitlines() == [
+            # Every hook of the first call ran before the loop turned once.
+            "response loop 200", "loop turned",
+            "await start", "await end", "response await 200",
+            "resumed", "response intercept 200"]
