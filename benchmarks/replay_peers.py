@@ -21,7 +21,7 @@ median over rounds of the proxy process's own CPU per call (every thread, from
 /proc: what a busy machine inflates least), of the whole CPU per call over the
 floor, and of the call time, then flowproof's ratios to the two mitmdump peers.
 
-    .venv/bin/python benchmarks/replay_peers.py [--rounds 5] [--calls 30] [--before DIR] [--json PATH]
+    .venv/bin/python benchmarks/replay_peers.py [--rounds 5] [--calls 30] [--before DIR] [--peers P,Q] [--json PATH]
 
 ``--before DIR`` adds a peer "fp-before": flowproof-run with another checkout
 first on ``PYTHONPATH`` (its runner and its addon), run in the same rounds.
@@ -56,11 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", metavar="DIR", help="another checkout, run as the peer fp-before")
     parser.add_argument("--only", choices=("json", "sse"), help="one column only")
     parser.add_argument("--json", metavar="PATH", help="also save every sample as JSON")
+    parser.add_argument("--peers", metavar="P,Q", help="only these peers (floor and mitm-replay always run)")
     args = parser.parse_args(argv)
     configs = [run.Config(False, 1), run.Config(True, args.concurrency)]
     if args.only:
         configs = [c for c in configs if c.stream == (args.only == "sse")]
     peers = (*PEERS, "fp-before") if args.before else PEERS
+    if args.peers:
+        wanted = {"floor", "mitm-replay", *args.peers.split(",")}
+        unknown = wanted - set(peers)
+        if unknown:
+            parser.error(f"unknown peer(s): {', '.join(sorted(unknown))} (known: {', '.join(peers)})")
+        peers = tuple(p for p in peers if p in wanted)
 
     def log(text: str) -> None:
         print(f"# {time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
