@@ -537,25 +537,33 @@ addons = [Flowproof(), Probe()]
 '''
 
 
+def calls_through_probe(tmp_path: Path, ca_bundle: tuple[Path, Path], probe: str,
+                        calls: list[dict[str, Any]]) -> tuple[list[tuple[int, bytes]], Path]:
+    """Replay one call per entry of ``calls`` (``post_through``'s options), call k asking
+    "question k" of a cassette that answers "answer k", through a runner's proxy whose script
+    is ``probe``; return what each got and the file the probe notes to."""
+    confdir, bundle = ca_bundle
+    notes = tmp_path / "notes.txt"
+    script = tmp_path / "probe_addon.py"
+    script.write_text(f"NOTES = {str(notes)!r}\n" + probe, encoding="utf-8")
+    bodies = [chat_body(f"question {k}") for k in range(len(calls))]
+    cassette = write_cassette(tmp_path / "c.json", *(chat_turn(k, b, f"answer {k}") for k, b in enumerate(bodies)))
+    with ProxyPool(script=script) as pool:
+        session = pool.open(ProxyOptions(mode=Mode.REPLAY, cassette=cassette, report=tmp_path / "s.jsonl"), confdir)
+        try:
+            served = [post_through(session.port, bundle, body, **options)
+                      for body, options in zip(bodies, calls, strict=True)]
+        finally:
+            session.stop()
+    return served, notes
+
+
 class TestThroughARunnersProxy:
     def test_replayed_calls_skip_mitmproxy_s_tls_unless_the_client_offers_another_protocol(
         self, tmp_path: Path, ca_bundle: tuple[Path, Path]
     ) -> None:
-        confdir, bundle = ca_bundle
-        notes = tmp_path / "notes.txt"
-        script = tmp_path / "probe_addon.py"
-        script.write_text(f"NOTES = {str(notes)!r}\n" + PROBE, encoding="utf-8")
-        bodies = [chat_body(f"question {k}") for k in range(3)]
-        cassette = write_cassette(tmp_path / "c.json", *(chat_turn(k, b, f"answer {k}") for k, b in enumerate(bodies)))
-        with ProxyPool(script=script) as pool:
-            session = pool.open(ProxyOptions(mode=Mode.REPLAY, cassette=cassette, report=tmp_path / "s.jsonl"),
-                                confdir)
-            try:
-                served = [post_through(session.port, bundle, bodies[0]),
-                          post_through(session.port, bundle, bodies[1], alpn=["http/1.1"]),
-                          post_through(session.port, bundle, bodies[2], alpn=["http/1.1", "spdy/3"])]
-            finally:
-                session.stop()
+        served, notes = calls_through_probe(tmp_path, ca_bundle, PROBE,
+                                            [{}, {"alpn": ["http/1.1"]}, {"alpn": ["http/1.1", "spdy/3"]}])
         assert [status for status, _ in served] == [200, 200, 200]
         assert [b"answer %d" % k in payload for k, (_, payload) in enumerate(served)] == [True] * 3
         # Each CONNECT answered by flowproof (one decision, no HTTP layer of mitmproxy's); the
@@ -588,20 +596,9 @@ class TestThroughARunnersProxy:
         """A replayed call's hooks run within the event that completed its request, as long as
         no handler waits (docs/hotpath.md); one that awaits, or intercepts the flow, holds the
         call until it is done, as it would under mitmproxy's own layers."""
-        confdir, bundle = ca_bundle
-        notes = tmp_path / "notes.txt"
-        script = tmp_path / "probe_addon.py"
-        script.write_text(f"NOTES = {str(notes)!r}\n" + WAITING_PROBE, encoding="utf-8")
-        bodies = [chat_body(f"question {k}") for k in range(3)]
-        cassette = write_cassette(tmp_path / "c.json", *(chat_turn(k, b, f"answer {k}") for k, b in enumerate(bodies)))
-        with ProxyPool(script=script) as pool:
-            session = pool.open(ProxyOptions(mode=Mode.REPLAY, cassette=cassette, report=tmp_path / "s.jsonl"),
-                                confdir)
-            try:
-                served = [post_through(session.port, bundle, body, headers={"x-probe": probe})
-                          for probe, body in zip(("loop", "await", "intercept"), bodies, strict=True)]
-            finally:
-                session.stop()
+        probes = ("loop", "await", "intercept")
+        served, notes = calls_through_probe(tmp_path, ca_bundle, WAITING_PROBE,
+                                            [{"headers": {"x-probe": probe}} for probe in probes])
         assert [status for status, _ in served] == [200, 200, 200]
         assert [b"answer %d" % k in payload for k, (_, payload) in enumerate(served)] == [True] * 3
         assert notes.read_text().splitlines() == [
