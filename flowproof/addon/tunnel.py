@@ -27,6 +27,9 @@ instead served by:
   included, sees what it sees today), then writes the response as mitmproxy's
   HTTP/1 server would (``assemble_response``).
 
+Both run their hooks through `flowproof.addon.inline.fire`: the same handlers,
+without the connection handler's round trip unless one of them waits.
+
 What it does not serve it hands over unchanged: a client that offers HTTP/2 (or
 any protocol beside HTTP/1.1) is left to mitmproxy altogether (the choice is
 made on its ClientHello); a request that is not a plain one (an ``Upgrade``,
