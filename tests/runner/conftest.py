@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,18 @@ def group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
+
+
+def group_gone(pgid: int, within: float = 5.0) -> bool:
+    """True once no live process of group ``pgid`` is left, polling up to ``within`` seconds.
+
+    SIGKILL is delivered, not performed: a member that was running when the group was killed
+    (the stand-in's ``env``, say) still shows in /proc until the scheduler lets it exit, and
+    under a loaded suite that can take longer than one look. A member that survives the
+    deadline is a real leak and the caller's assertion fails."""
+    deadline = time.monotonic() + within
+    while group_alive(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True

@@ -26,7 +26,7 @@ from flowproof.runner.cli import run_command
 from flowproof.runner.flow import Cancel, FlowResult, RunOptions, run_flow
 from flowproof.runner.recording import rejected_path, staging_path
 
-from .conftest import FAKE_ADDON, group_alive
+from .conftest import FAKE_ADDON, group_gone
 from .helpers import BOOKING_TURNS, cassette_text, turn_events, write_script, write_spec
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -142,7 +142,7 @@ class TestRecordLeavesNothingBehind:
         pgid = int(pidfile.read_text())
         assert result.exit_code == 130 and "SIGINT" in (result.error or "")
         assert time.monotonic() - started < 20
-        assert not group_alive(pgid)
+        assert group_gone(pgid)
         assert cassette.read_bytes() == before
         assert not staging_path(cassette).exists() and not rejected_path(cassette).exists()
 

@@ -37,7 +37,7 @@ from flowproof.runner.proxy import (
     start_proxy,
 )
 
-from .conftest import FAKE_ADDON, group_alive
+from .conftest import FAKE_ADDON, group_gone
 from .helpers import BOOKING_TURNS, cassette_text
 
 
@@ -153,7 +153,7 @@ class TestStartProxy:
             assert ready["options"]["route"] == "base_url"
         finally:
             proxy.stop()
-        assert not group_alive(proxy.process.pid)
+        assert group_gone(proxy.process.pid)
         assert proxy.events()[-1]["event"] == "done"
 
     def test_context_manager_stops(self, tmp_path: Path, ca_dir: Path, ca_files: Any) -> None:
@@ -161,7 +161,7 @@ class TestStartProxy:
         with fake(tmp_path, ca_dir, listeners=listeners_for(Route.PROXY, free_port())) as proxy:
             pid = proxy.process.pid
             assert proxy.is_alive()
-        assert not group_alive(pid)
+        assert group_gone(pid)
 
     def test_bad_script_raises_proxy_error_with_output(self, tmp_path: Path, ca_dir: Path, ca_files: Any) -> None:
         """An addon that fails to load makes start_proxy raise ProxyError with mitmdump's output."""
@@ -352,7 +352,7 @@ class TestFailures:
         session = pool.open(options(tmp_path, "a"), ca_dir)
         session.stop()
         pool.close()
-        assert not group_alive(session.process.pid)
+        assert group_gone(session.process.pid)
 
     def test_a_flow_of_its_own_stops_its_proxy_with_it(self, tmp_path: Path, ca_dir: Path, ca_files: Any,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
@@ -363,7 +363,7 @@ class TestFailures:
         assert kinds(proxy.options.report) == ["ready"]
         proxy.stop()
         assert kinds(proxy.options.report)[-1] == "done"
-        assert not group_alive(proxy.process.pid)
+        assert group_gone(proxy.process.pid)
 
 
 class TestPrestart:
@@ -403,4 +403,4 @@ class TestPrestart:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              timeout=60, env=env)
         pid, scratch = out.stdout.split()
-        assert not group_alive(int(pid)) and not Path(scratch).exists()
+        assert group_gone(int(pid)) and not Path(scratch).exists()

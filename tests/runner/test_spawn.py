@@ -18,15 +18,16 @@ import pytest
 from flowproof.runner import spawn
 from flowproof.runner.spawn import addon_script, ca_dir, prestart, scratch_prefix, sweep_scratch, take_early
 
-from .conftest import group_alive
+from .conftest import group_gone
 
 
 @pytest.fixture
 def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A "mitmdump" that writes its argv and environment to ``seen`` and sleeps."""
+    """A "mitmdump" that writes its argv and environment to ``seen`` and sleeps, with a child of
+    its own sleeping beside it (what mitmdump spawns must die with it)."""
     seen = tmp_path / "seen"
     script = tmp_path / "mitmdump"
-    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {seen}.args\nenv > {seen}.env\nexec sleep 60\n')
+    script.write_text(f'#!/bin/sh\nenv > {seen}.env\nsleep 60 &\nprintf "%s\\n" "$@" > {seen}.args\nexec sleep 60\n')
     script.chmod(0o755)
     monkeypatch.setattr(spawn, "mitmdump_executable", lambda: str(script))
     return seen
@@ -83,7 +84,7 @@ class TestSpawn:
         assert os.getpgid(proxy.pid) == proxy.pid != os.getpgid(0)
         proxy.kill()
         proxy.kill()  # idempotent
-        assert not group_alive(proxy.pid) and not Path(proxy.scratch.name).exists()
+        assert group_gone(proxy.pid) and not Path(proxy.scratch.name).exists()
 
     def test_a_long_temporary_folder_puts_the_socket_in_a_short_one(
         self, standin: Path, started: list[spawn.Spawned], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
