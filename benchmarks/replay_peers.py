@@ -16,12 +16,14 @@ interleaved round by round): only
   (i) py tls canned  a bare asyncio + ``ssl`` proxy answering the same way (benchmarks/tls_floor_peer.py):
                    the floor of any proxy-route replay written in Python, mitmproxy or not
 
-for JSON sequential and SSE 8-client calls. It prints, per peer and column, the
+for JSON sequential and SSE 8-client calls (``--columns`` picks others: ``json-c8``,
+``sse-seq``…). It prints, per peer and column, the
 median over rounds of the proxy process's own CPU per call (every thread, from
 /proc: what a busy machine inflates least), of the whole CPU per call over the
 floor, and of the call time, then flowproof's ratios to the two mitmdump peers.
 
-    .venv/bin/python benchmarks/replay_peers.py [--rounds 5] [--calls 30] [--before DIR] [--peers P,Q] [--json PATH]
+    .venv/bin/python benchmarks/replay_peers.py [--rounds 5] [--calls 30] [--before DIR] [--peers P,Q]
+        [--columns json-seq,sse-c8] [--json PATH]
 
 ``--before DIR`` adds a peer "fp-before": flowproof-run with another checkout
 first on ``PYTHONPATH`` (its runner and its addon), run in the same rounds.
@@ -55,10 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--before", metavar="DIR", help="another checkout, run as the peer fp-before")
     parser.add_argument("--only", choices=("json", "sse"), help="one column only")
+    parser.add_argument("--columns", metavar="C,D", type=_columns,
+                        help="these columns instead: json-seq, json-cN, sse-seq, sse-cN (N clients)")
     parser.add_argument("--json", metavar="PATH", help="also save every sample as JSON")
     parser.add_argument("--peers", metavar="P,Q", help="only these peers (floor and mitm-replay always run)")
     args = parser.parse_args(argv)
-    configs = [run.Config(False, 1), run.Config(True, args.concurrency)]
+    configs = args.columns or [run.Config(False, 1), run.Config(True, args.concurrency)]
     if args.only:
         configs = [c for c in configs if c.stream == (args.only == "sse")]
     peers = (*PEERS, "fp-before") if args.before else PEERS
@@ -94,6 +98,16 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps({"args": vars(args), "samples": samples,
                                                "load": [load_start, load_end]}, indent=2) + "\n")
     return 0
+
+
+def _columns(text: str) -> list[run.Config]:
+    configs = []
+    for column in text.split(","):
+        kind, _, clients = column.strip().partition("-")
+        if kind not in ("json", "sse") or not (clients == "seq" or (clients[:1] == "c" and clients[1:].isdigit())):
+            raise argparse.ArgumentTypeError(f"{column!r}: a column is json-seq, json-cN, sse-seq or sse-cN")
+        configs.append(run.Config(kind == "sse", 1 if clients == "seq" else int(clients[1:])))
+    return configs
 
 
 def _sample(bench: run.Bench, peer: str, cfg: run.Config, before_env: dict[str, str] | None) -> dict[str, float]:
