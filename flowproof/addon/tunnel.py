@@ -53,7 +53,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from mitmproxy import certs, ctx, flow, http
 from mitmproxy.net.http import http1
 from mitmproxy.proxy import commands, context, events, layer, mode_specs, tunnel
@@ -86,23 +88,67 @@ _NOT_PLAIN = (b"upgrade", b"expect", b"transfer-encoding")
 
 class TlsContexts:
     """The standard library's server contexts, one per leaf certificate (mitmproxy's store
-    makes one leaf per host and keeps it)."""
+    makes one leaf per host and keeps it).
+
+    The leaf served is mitmproxy's own for the host, re-issued by the same CA over an ECDSA
+    P-256 key of this proxy's (`_ecdsa_leaf`): mitmproxy signs its leaves for the CA's own
+    RSA key, and an RSA-2048 signature costs the proxy about 0.3 ms of CPU per handshake
+    against a few hundredths for P-256. openai-python opens a connection per streamed call,
+    so a replayed stream paid it once per call (docs/performance.md, the ninth pass)."""
+
+    #: Contexts kept at most; a proxy serves a handful of model hosts, so more means churn.
+    LIMIT = 256
 
     def __init__(self) -> None:
-        self._by_leaf: dict[bytes, ssl.SSLContext] = {}
+        self._by_entry: dict[int, tuple[certs.CertStoreEntry, ssl.SSLContext]] = {}
+        self._key: ec.EllipticCurvePrivateKey | None = None
 
     def get(self, entry: certs.CertStoreEntry) -> ssl.SSLContext:
-        key = entry.cert.fingerprint()
-        found = self._by_leaf.get(key)
-        if found is None:
-            found = self._by_leaf[key] = _server_context(entry)
-        return found
+        # By identity: mitmproxy's store hands out the same entry for a host until it expires
+        # it, and the entry is held here, so its id is not reused while it is a key.
+        found = self._by_entry.get(id(entry))
+        if found is not None and found[0] is entry:
+            return found[1]
+        if len(self._by_entry) >= self.LIMIT:
+            self._by_entry.clear()
+        if self._key is None:
+            self._key = ec.generate_private_key(ec.SECP256R1())
+        context = _server_context(entry, self._key)
+        self._by_entry[id(entry)] = (entry, context)
+        return context
 
 
-def _server_context(entry: certs.CertStoreEntry) -> ssl.SSLContext:
-    chain = entry.cert.to_pem() + b"".join(c.to_pem() for c in entry.chain_certs if c != entry.cert)
-    key = entry.privatekey.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                         serialization.NoEncryption())
+def _ecdsa_leaf(entry: certs.CertStoreEntry, key: ec.EllipticCurvePrivateKey) -> x509.Certificate | None:
+    """``entry``'s leaf with ``key``'s public key, signed by the same CA, or None to serve it as
+    it is: a leaf mitmproxy did not make from its CA (a user's own ``--certs``), or one whose
+    key is not RSA already."""
+    leaf = entry.cert.to_cryptography()
+    ca_key = entry.privatekey
+    if not isinstance(ca_key, rsa.RSAPrivateKey) or not entry.chain_certs:
+        return None
+    ca = entry.chain_certs[0].to_cryptography()
+    # mitmproxy's generated leaf carries its CA's own key and names the CA as issuer.
+    if leaf.public_key() != ca_key.public_key() or ca.public_key() != ca_key.public_key() or leaf.issuer != ca.subject:
+        return None
+    builder = (x509.CertificateBuilder()
+               .issuer_name(leaf.issuer)
+               .subject_name(leaf.subject)
+               .public_key(key.public_key())
+               .serial_number(x509.random_serial_number())
+               .not_valid_before(leaf.not_valid_before_utc)
+               .not_valid_after(leaf.not_valid_after_utc))
+    for extension in leaf.extensions:
+        builder = builder.add_extension(extension.value, extension.critical)
+    return builder.sign(ca_key, leaf.signature_hash_algorithm or hashes.SHA256())  # type: ignore[arg-type]
+
+
+def _server_context(entry: certs.CertStoreEntry, leaf_key: ec.EllipticCurvePrivateKey) -> ssl.SSLContext:
+    reissued = _ecdsa_leaf(entry, leaf_key)
+    leaf_pem = entry.cert.to_pem() if reissued is None else reissued.public_bytes(serialization.Encoding.PEM)
+    private_key = entry.privatekey if reissued is None else leaf_key
+    chain = leaf_pem + b"".join(c.to_pem() for c in entry.chain_certs if c != entry.cert)
+    key = private_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     # ``ssl`` loads a key from a file only: a directory of our own (mode 0700), gone at once.
     with tempfile.TemporaryDirectory(prefix="flowproof-leaf-") as d:
