@@ -12,7 +12,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from mitmproxy import connection, http
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from mitmproxy import certs, connection, http
 from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.addons.tlsconfig import TlsConfig
 from mitmproxy.options import Options
@@ -446,6 +448,64 @@ class TestTheExchange:
         # What the client sends after a failed handshake reaches no HTTP layer.
         assert handler.feed(events.DataReceived(handler.client, b"GET / HTTP/1.1\r\n\r\n")) == b""
 
+
+
+class TestTheLeaf:
+    """The leaf a replayed tunnel serves: mitmproxy's own for the host, over a P-256 key."""
+
+    def test_the_leaf_is_mitmproxy_s_for_the_host_over_an_ecdsa_key_signed_by_the_ca(
+        self, tunnel_at: Any, ca_bundle: tuple[Path, Path]
+    ) -> None:
+        confdir, bundle = ca_bundle
+        client = Client(bundle, ["http/1.1"])  # verifies the chain and the host name
+        hello = client.hello()
+        taken, nextlayer = tunnel_at(hello, replaying())
+        assert taken
+        assert handshake(Handler(nextlayer.layer, nextlayer.context.client, answer_with()), client, hello)
+        served = x509.load_der_x509_certificate(client.tls.getpeercert(binary_form=True))
+        key = served.public_key()
+        assert isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1"
+        ca = x509.load_pem_x509_certificate((confdir / "mitmproxy-ca-cert.pem").read_bytes())
+        assert served.issuer == ca.subject
+        ca_key = ca.public_key()
+        assert isinstance(ca_key, rsa.RSAPublicKey)
+        ca_key.verify(served.signature, served.tbs_certificate_bytes, padding.PKCS1v15(),
+                      served.signature_hash_algorithm)  # type: ignore[arg-type]
+        theirs = tctx_leaf(nextlayer).to_cryptography()
+        assert served.subject == theirs.subject
+        assert list(served.extensions) == list(theirs.extensions)
+        assert (served.not_valid_before_utc, served.not_valid_after_utc) == (
+            theirs.not_valid_before_utc, theirs.not_valid_after_utc)
+        assert served.serial_number != theirs.serial_number
+
+    def test_one_context_per_leaf_and_a_new_one_for_a_new_leaf(self, tunnel_at: Any) -> None:
+        _, nextlayer = tunnel_at(Client(None).hello(), replaying())
+        entry = tls_entry(nextlayer)
+        contexts = TlsContexts()
+        first = contexts.get(entry)
+        assert contexts.get(entry) is first
+        other = certs.CertStoreEntry(entry.cert, entry.privatekey, entry.chain_file, entry.chain_certs)
+        assert contexts.get(other) is not first
+
+    def test_a_leaf_mitmproxy_did_not_make_from_its_ca_is_served_as_it_is(self, tunnel_at: Any) -> None:
+        _, nextlayer = tunnel_at(Client(None).hello(), replaying())
+        entry = tls_entry(nextlayer)
+        own_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        own = certs.dummy_cert(own_key, entry.chain_certs[0].to_cryptography(), HOST, [x509.DNSName(HOST)])
+        custom = certs.CertStoreEntry(own, own_key, None, [])  # a user's --certs: its own key
+        assert tunnel._ecdsa_leaf(custom, ec.generate_private_key(ec.SECP256R1())) is None
+        assert tunnel._ecdsa_leaf(entry, ec.generate_private_key(ec.SECP256R1())) is not None
+
+
+def tls_entry(nextlayer: layer.NextLayer) -> certs.CertStoreEntry:
+    """mitmproxy's certificate store entry for the tunnel's host, as the tunnel asks for it."""
+    from mitmproxy import ctx
+
+    return ctx.master.addons.get("tlsconfig").get_cert(nextlayer.context)
+
+
+def tctx_leaf(nextlayer: layer.NextLayer) -> certs.Cert:
+    return tls_entry(nextlayer).cert
 
 
 # A runner's proxy with one more addon: it notes each TLS handshake mitmproxy's own client TLS
