@@ -246,7 +246,7 @@ def _take_connect(nextlayer: layer.NextLayer, replays: Callable[[Any], Any | Non
         return False
     if not is_model_host(request.host, config.options.extra_hosts):
         return False
-    nextlayer.layer = ReplayConnect(ctx_, contexts)
+    nextlayer.layer = ReplayConnect(ctx_, contexts, (request, end))
     return True
 
 
@@ -260,9 +260,12 @@ class ReplayConnect(layer.Layer):
     the tunnel for the connection's whole life, every chunk of a stream passing through
     them; here the tunnel's layers are this one's only child."""
 
-    def __init__(self, context: context.Context, contexts: TlsContexts) -> None:
+    def __init__(self, context: context.Context, contexts: TlsContexts,
+                 head: tuple[http.Request, int] | None = None) -> None:
         super().__init__(context)
         self.contexts = contexts
+        #: The ``CONNECT`` head the decision read (`take`), and where it ends: read once.
+        self.head = head
         self.buffer = b""
         self.child: layer.Layer | None = None
         self.connected = False
@@ -287,7 +290,11 @@ class ReplayConnect(layer.Layer):
         if end < 0:  # the decision saw it whole: a guard, not a path
             return
         client = self.context.client
-        request = http1.read_request_head(self.buffer[:end].split(b"\r\n"))
+        if self.head is not None and self.head[1] == end:
+            request = self.head[0]
+        else:
+            request = http1.read_request_head(self.buffer[:end].split(b"\r\n"))
+        self.head = None
         request.timestamp_end = time.time()
         self.buffer = self.buffer[end + 4:]
         flow_ = http.HTTPFlow(client, self.context.server)
