@@ -310,6 +310,16 @@ class TestTheConnect:
         assert reply.startswith(b"HTTP/1.1 200 OK\r\n") and reply.endswith(ANSWER)
         assert [name for name, _ in handler.hooks] == ["requestheaders", "request", "responseheaders", "response"]
 
+    def test_the_connect_s_head_is_read_once_by_the_decision_and_the_answer_together(
+        self, connect_at: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        heads: list[object] = []
+        read_head = tunnel.http1.read_request_head
+        monkeypatch.setattr(tunnel.http1, "read_request_head", lambda lines: heads.append(lines) or read_head(lines))
+        handler, sent = self._connected(connect_at, answer_with())
+        assert sent == ESTABLISHED and [name for name, _ in handler.hooks] == ["http_connect", "http_connected"]
+        assert len(heads) == 1
+
     def test_a_client_offering_http_2_gets_mitmproxy_s_next_layer_inside_the_tunnel(
         self, connect_at: Any, ca_bundle: tuple[Path, Path]
     ) -> None:
