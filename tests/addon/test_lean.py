@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from mitmproxy import exceptions, hooks, options
+from mitmproxy import exceptions, options
 from mitmproxy.addons import clientplayback, dumper, save
 from mitmproxy.http import HTTPFlow
 from mitmproxy.proxy.layers.http import HttpRequestHook
@@ -74,6 +74,9 @@ class Parent:
 
 
 class Failing:
+    def __init__(self, name: str = "failing") -> None:
+        self.name = name
+
     def request(self, flow: HTTPFlow) -> None:
         raise RuntimeError("boom")
 
@@ -82,9 +85,45 @@ class NotCallable:
     request = "not a function"
 
 
+class Falsy:
+    """A falsy attribute of the hook's name: mitmproxy passes over it."""
+
+    request = 0
+
+
+class ModuleNamed:
+    """A module imported under the hook's name (``from mitmproxy import log``): passed over."""
+
+    request = re
+
+
+class Async(Recorder):
+    async def request(self, flow: HTTPFlow) -> None:  # type: ignore[override]
+        self.calls.append(f"{self.name}.request")
+
+
+class Updates:
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def update(self, flows: list[HTTPFlow]) -> None:
+        self.calls.append(f"update {len(flows)}")
+
+
+class ParentWithHook(Parent, Recorder):
+    """A hook of its own and children: its own runs first, then theirs, and a failing child
+    ends the walk of this addon (the rest of its children) but not the event."""
+
+    def __init__(self, name: str, calls: list[str], children: list[object]) -> None:
+        Recorder.__init__(self, name, calls)
+        self.addons = children
+
+
 def chain(calls: list[str]) -> list[object]:
-    return [Recorder("a", calls), Silent("s1"), Failing(),
-            Parent("p", [Silent("s2"), Recorder("c", calls)]),
+    return [Recorder("a", calls), Silent("s1"), Failing(), Falsy(), ModuleNamed(),
+            Parent("p", [Silent("s2"), Recorder("c", calls), Parent("pp", [Async("d", calls)])]),
+            ParentWithHook("q", calls, [Recorder("e", calls), Failing("failing child"), Recorder("never", calls)]),
+            Updates(calls), Async("f", calls),
             NotCallable(), Recorder("halt", calls, halts=True), Recorder("after", calls)]
 
 
@@ -108,27 +147,38 @@ class TestSkipIdle:
         plain = await self.delivered(False, caplog)
         assert plain == await self.delivered(True, caplog)
         calls, errors = plain
-        assert calls == ["a.request", "c.request", "halt.request"] * 2
+        one = ["a.request", "c.request", "d.request", "q.request", "e.request", "f.request", "halt.request"]
+        assert calls == one + one + ["update 1"]  # handle_lifecycle: the hook, then update
+        assert errors.count("Addon error: boom") == 4 and any("not callable" in e for e in errors)
         assert any("boom" in e for e in errors) and any("not callable" in e for e in errors)
 
-    async def test_an_addon_with_neither_hook_nor_children_is_not_entered(self) -> None:
+    async def test_an_update_reaches_its_handler_as_mitmproxy_s_loop_sends_it(self) -> None:
+        for patched in (False, True):
+            calls: list[str] = []
+            master = DumpMaster(options.Options(), with_termlog=False, with_dumper=False)
+            master.addons.add(Parent("p", [Updates(calls)]))
+            if patched:
+                skip_idle(master.addons)
+            await master.addons.handle_lifecycle(HttpRequestHook(tflow.tflow()))
+            assert calls == ["update 1"]
+
+    async def test_an_addon_with_neither_hook_nor_children_is_not_entered(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         master = DumpMaster(options.Options(), with_termlog=False, with_dumper=False)
         drop_unused(master.addons)
         entered: list[str] = []
-        invoke = master.addons.invoke_addon
+        invoke = lean._invoke
 
-        async def noting(addon: object, event: hooks.Hook) -> None:
+        async def noting(addon: object, name: str, args: list[object]) -> None:
             entered.append(type(addon).__name__)
-            await invoke(addon, event)
+            await invoke(addon, name, args)
 
-        master.addons.invoke_addon = noting  # type: ignore[method-assign]
-        await master.addons.trigger_event(HttpRequestHook(tflow.tflow()))
-        every = len(entered)
-        entered.clear()
+        monkeypatch.setattr(lean, "_invoke", noting)
         skip_idle(master.addons)
         await master.addons.trigger_event(HttpRequestHook(tflow.tflow()))
         with_request = [type(a).__name__ for a in master.addons.chain if hasattr(a, "request") or hasattr(a, "addons")]
-        assert entered == with_request and 0 < len(entered) < every
+        assert entered == with_request and 0 < len(entered) < len(master.addons.chain)
 
 
 class TestOnlyTheRunnersProxy:
