@@ -29,7 +29,7 @@ from mitmproxy.proxy import layer
 from flowproof.addon.compare import Compare
 from flowproof.addon.eventlog import EventLog
 from flowproof.addon.inline import rest
-from flowproof.addon.lean import drop_unused, skip_idle
+from flowproof.addon.lean import drop_legacy_log, drop_unused, skip_idle
 from flowproof.addon.mcp import McpBoundary
 from flowproof.addon.options import AddonConfig, options_by_hand
 from flowproof.addon.record import Record
@@ -230,6 +230,7 @@ class Flowproof:
             # Only the runner starts a proxy with a control socket: what it never uses goes.
             log.debug("addons_dropped", names=",".join(drop_unused(ctx.master.addons)))
             skip_idle(ctx.master.addons)
+            drop_legacy_log(ctx.master)
             self.warm.start()
             self.shared.events.write(ReadyEvent((), "warm"))
             log.info("proxy_ready", mode="warm")

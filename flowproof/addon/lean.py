@@ -32,14 +32,16 @@ an addon that has neither the event's hook nor children.
 from __future__ import annotations
 
 import inspect
+import logging
 import types
 from collections.abc import Iterator
 from typing import Any
 
 from mitmproxy import exceptions, hooks
-from mitmproxy.addonmanager import safecall
+from mitmproxy.addonmanager import safecall, traverse
+from mitmproxy.log import LegacyLogEvents
 
-__all__ = ["UNUSED", "drop_unused", "skip_idle"]
+__all__ = ["UNUSED", "drop_legacy_log", "drop_unused", "skip_idle"]
 
 #: mitmproxy's addons (module and class) that a proxy of the runner never uses.
 UNUSED = frozenset({
@@ -86,6 +88,26 @@ def drop_unused(addons: Any) -> list[str]:
             continue
         addons.remove(addon)
         dropped.append(kind.__name__)
+    return dropped
+
+
+def drop_legacy_log(master: Any) -> bool:
+    """Uninstall ``master``'s handler of mitmproxy's deprecated ``add_log`` hook when no addon
+    implements the hook; True if it was.
+
+    That handler takes every log record at every level: it formats the record, then wakes
+    the event loop through its self-pipe to hand it to every addon's ``add_log``. mitmproxy
+    logs each client's connect and disconnect at info, so a proxy serving a connection per
+    streamed call paid that twice a call for no reader: no addon of a runner's proxy
+    implements ``add_log``, and ``-q`` shows no info line. Records still reach every other
+    handler (the terminal log's, at the level ``-q`` gives it)."""
+    if any(hasattr(addon, "add_log") for addon in traverse(master.addons.chain)):
+        return False
+    dropped = False
+    for handler in list(logging.getLogger().handlers):
+        if isinstance(handler, LegacyLogEvents) and handler.master is master:
+            handler.uninstall()
+            dropped = True
     return dropped
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -9,12 +10,13 @@ import pytest
 from mitmproxy import exceptions, options
 from mitmproxy.addons import clientplayback, dumper, save
 from mitmproxy.http import HTTPFlow
+from mitmproxy.log import LegacyLogEvents
 from mitmproxy.proxy.layers.http import HttpRequestHook
 from mitmproxy.test import taddons, tflow
 from mitmproxy.tools.dump import DumpMaster
 
 from flowproof.addon import Flowproof, lean
-from flowproof.addon.lean import UNUSED, drop_unused, skip_idle
+from flowproof.addon.lean import UNUSED, drop_legacy_log, drop_unused, skip_idle
 
 
 def kinds(chain: list[object]) -> set[str]:
@@ -181,6 +183,37 @@ class TestSkipIdle:
         assert entered == with_request and 0 < len(entered) < len(master.addons.chain)
 
 
+def legacy_handlers(master: object) -> list[logging.Handler]:
+    return [h for h in logging.getLogger().handlers if isinstance(h, LegacyLogEvents) and h.master is master]
+
+
+class TestDropLegacyLog:
+    async def test_no_add_log_anywhere_drops_the_handler_and_other_handlers_still_log(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        master = DumpMaster(options.Options(), with_termlog=False, with_dumper=False)
+        try:
+            assert legacy_handlers(master)
+            assert drop_legacy_log(master)
+            assert not legacy_handlers(master)
+            logging.getLogger("mitmproxy.proxy.server").warning("still heard")
+            assert "still heard" in caplog.text
+        finally:
+            master.shutdown()
+
+    async def test_an_addon_with_add_log_keeps_it(self) -> None:
+        class Reader:
+            def add_log(self, entry: object) -> None: ...
+
+        master = DumpMaster(options.Options(), with_termlog=False, with_dumper=False)
+        try:
+            master.addons.add(Parent("p", [Reader()]))
+            assert not drop_legacy_log(master)
+            assert legacy_handlers(master)
+        finally:
+            master.shutdown()
+
+
 class TestOnlyTheRunnersProxy:
     async def test_a_proxy_with_a_control_socket_drops_them_when_it_runs(self, tmp_path: Path) -> None:
         addon = Flowproof()
@@ -193,6 +226,7 @@ class TestOnlyTheRunnersProxy:
                 assert "flowproof.addon.core.Flowproof" in chain and "mitmproxy.addons.core.Core" in chain
                 assert not chain & {"mitmproxy.addons.save.Save", "mitmproxy.addons.dumper.Dumper"}
                 assert "skip_idle" in tctx.master.addons.trigger_event.__qualname__
+                assert not legacy_handlers(tctx.master)
             finally:
                 addon.done()
 
@@ -205,3 +239,4 @@ class TestOnlyTheRunnersProxy:
             addon.running()
             assert tctx.master.addons.get("save") is not None
             assert "skip_idle" not in tctx.master.addons.trigger_event.__qualname__
+            assert legacy_handlers(tctx.master)
