@@ -174,8 +174,9 @@ def canonical_raw(event: str | None, data: str) -> str:
     The cassette stores ``raw`` only when it differs from this.
     """
     head = f"event: {event}\n" if event is not None else ""
-    body = "".join(f"data: {line}\n" for line in data.split("\n"))
-    return f"{head}{body}\n"
+    # One ``data:`` line per line of ``data``, without a string per line: replay joins a
+    # stream's events at every call.
+    return head + "data: " + data.replace("\n", "\ndata: ") + "\n\n"
 
 
 def make_event(data: str, event: str | None = None) -> SSEEvent:

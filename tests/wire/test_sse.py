@@ -202,6 +202,11 @@ class TestCanonical:
         )
         assert canonical_raw(None, "[DONE]") == "data: [DONE]\n\n"
 
+    @given(event=st.one_of(st.none(), st.text()), data=st.text())
+    def test_one_data_line_per_line_of_the_data_whatever_the_text(self, event: str | None, data: str) -> None:
+        head = "" if event is None else f"event: {event}\n"
+        assert canonical_raw(event, data) == head + "".join(f"data: {line}\n" for line in data.split("\n")) + "\n"
+
     @given(
         event=st.one_of(st.none(), _line_text),
         data=st.lists(_line_text, min_size=1, max_size=3).map("\n".join),
