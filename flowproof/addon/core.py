@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from mitmproxy.proxy import layer
 from flowproof.addon.compare import Compare
 from flowproof.addon.eventlog import EventLog
 from flowproof.addon.inline import rest
-from flowproof.addon.lean import drop_legacy_log, drop_unused, skip_idle
+from flowproof.addon.lean import drop_legacy_log, drop_unused, skip_idle, skip_message_checks
 from flowproof.addon.mcp import McpBoundary
 from flowproof.addon.options import AddonConfig, options_by_hand
 from flowproof.addon.record import Record
@@ -134,6 +135,8 @@ class Flowproof:
         self.warm: WarmSessions | None = None
         #: The replayed tunnels' TLS contexts (`flowproof.addon.tunnel`), one per leaf.
         self._tunnel_tls = TlsContexts()
+        #: Puts back what `running` took out of mitmproxy for a runner's proxy (`skip_message_checks`).
+        self._restore_checks: Callable[[], None] = lambda: None
 
     @property
     def addons(self) -> list[object]:
@@ -231,6 +234,7 @@ class Flowproof:
             log.debug("addons_dropped", names=",".join(drop_unused(ctx.master.addons)))
             skip_idle(ctx.master.addons)
             drop_legacy_log(ctx.master)
+            self._restore_checks = skip_message_checks()
             self.warm.start()
             self.shared.events.write(ReadyEvent((), "warm"))
             log.info("proxy_ready", mode="warm")
@@ -285,6 +289,7 @@ class Flowproof:
             # Sessions still open when the proxy stops were given up by their runner: abort.
             self.warm.shutdown()
             self.shared.events.close()
+            self._restore_checks()
 
 
 def _check_record_target(config: AddonConfig) -> None:

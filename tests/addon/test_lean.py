@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from mitmproxy import exceptions, options
+from mitmproxy import exceptions, http, options
 from mitmproxy.addons import clientplayback, dumper, save
 from mitmproxy.http import HTTPFlow
 from mitmproxy.log import LegacyLogEvents
@@ -183,6 +183,11 @@ class TestSkipIdle:
         assert entered == with_request and 0 < len(entered) < len(master.addons.chain)
 
 
+def unchecked_response() -> http.Response:
+    """A response whose end time is not a number: mitmproxy's debug-only check refuses it."""
+    return http.Response(b"HTTP/1.1", 200, b"OK", http.Headers(), b"", None, 1.0, "late")  # type: ignore[arg-type]
+
+
 def legacy_handlers(master: object) -> list[logging.Handler]:
     return [h for h in logging.getLogger().handlers if isinstance(h, LegacyLogEvents) and h.master is master]
 
@@ -227,8 +232,11 @@ class TestOnlyTheRunnersProxy:
                 assert not chain & {"mitmproxy.addons.save.Save", "mitmproxy.addons.dumper.Dumper"}
                 assert "skip_idle" in tctx.master.addons.trigger_event.__qualname__
                 assert not legacy_handlers(tctx.master)
+                unchecked_response()  # built as under python -O
             finally:
                 addon.done()
+            with pytest.raises(TypeError):  # put back when the proxy is done
+                unchecked_response()
 
     def test_mitmdump_by_hand_keeps_every_addon(self, tmp_path: Path) -> None:
         """Without a control socket (``mitmdump -s``, debugging) nothing is removed."""
@@ -240,3 +248,5 @@ class TestOnlyTheRunnersProxy:
             assert tctx.master.addons.get("save") is not None
             assert "skip_idle" not in tctx.master.addons.trigger_event.__qualname__
             assert legacy_handlers(tctx.master)
+            with pytest.raises(TypeError):
+                unchecked_response()
