@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     load_end = os.getloadavg()
     print(render(args, peers, samples, load_start, load_end))
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "samples": samples,
+        saved_args = {**vars(args), "columns": [c.slug for c in configs]}
+        Path(args.json).write_text(json.dumps({"args": saved_args, "samples": samples,
                                                "load": [load_start, load_end]}, indent=2) + "\n")
     return 0
 
