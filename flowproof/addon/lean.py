@@ -127,7 +127,7 @@ def skip_message_checks() -> Callable[[], None]:
     mitmproxy's own parser and constructors. In a runner's proxy they are built as under
     ``-O``; every other check and assertion stays."""
     checked = http.MessageData.__dict__.get("__post_init__")
-    if checked is None:  # python -O: there is no check to leave out
+    if checked is None or checked is _unchecked:  # python -O, or already left out
         return lambda: None
     http.MessageData.__post_init__ = _unchecked  # type: ignore[method-assign]
 

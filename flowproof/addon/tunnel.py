@@ -120,8 +120,8 @@ class TlsContexts:
 
 def _ecdsa_leaf(entry: certs.CertStoreEntry, key: ec.EllipticCurvePrivateKey) -> x509.Certificate | None:
     """``entry``'s leaf with ``key``'s public key, signed by the same CA, or None to serve it as
-    it is: a leaf mitmproxy did not make from its CA (a user's own ``--certs``), or one whose
-    key is not RSA already."""
+    it is: a leaf mitmproxy did not make from its CA (a user's own ``--certs``), or one of a
+    CA whose key is not RSA (its leaves are as cheap to sign with already)."""
     leaf = entry.cert.to_cryptography()
     ca_key = entry.privatekey
     if not isinstance(ca_key, rsa.RSAPrivateKey) or not entry.chain_certs:
