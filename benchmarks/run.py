@@ -521,8 +521,11 @@ def summarise(args: argparse.Namespace, configs: list[Config], samples: dict[str
 
 
 def ratio(a: float, b: float) -> str:
-    """a / b, or n/a when the denominator is not a positive cost (noise put the peer at the floor)."""
-    return f"{a / b:.2f}x" if b > 0 else "n/a"
+    """a / b; n/a when the denominator is not a positive cost (noise put the peer at the floor),
+    below when only the numerator is not (the first answers below the floor: no ratio says more)."""
+    if b <= 0:
+        return "n/a"
+    return f"{a / b:.2f}x" if a > 0 else "below"
 
 
 def render(args: argparse.Namespace, info: dict[str, Any], result: dict[str, Any],
@@ -580,7 +583,8 @@ def render_per_call(per_call: dict[str, dict[str, Any]], names: list[str]) -> li
             row += f"{c['cpu_median_ms']:9.2f}{over:>9s}"
         lines.append(row)
     lines.append("")
-    lines.append(f"{'ratios (of +floor unless said; n/a: a +floor <= 0)':62s}" + "".join(f"{n:>9s}" for n in names))
+    heading = "ratios (of +floor unless said; n/a, below: a +floor <= 0)"
+    lines.append(f"{heading:62s}" + "".join(f"{n:>9s}" for n in names))
     rows = [
         ("flowproof proxy / mitmdump server-replay (target <= 0.5)", "fp-proxy", "mitm-replay", "over_floor_ms"),
         ("  the same in CPU", "fp-proxy", "mitm-replay", "cpu_over_floor_ms"),
