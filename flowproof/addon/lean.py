@@ -26,19 +26,17 @@ control socket) keeps every addon.
 
 Of the addons that stay, most have no hook for most events, yet mitmproxy still
 enters each of them for each event; `skip_idle` makes the same proxy pass over
-an addon that has neither the event's hook nor children, and walk the others
-without mitmproxy's per-addon machinery. Two more costs per call go the same way
-in that proxy alone: the handler of mitmproxy's deprecated ``add_log`` hook when
-no addon implements it (`drop_legacy_log`), and the debug-only type check of every
-HTTP message mitmproxy builds (`skip_message_checks`).
+an addon that has neither the event's hook nor children. Two more costs per call
+go the same way in that proxy alone: the handler of mitmproxy's deprecated
+``add_log`` hook when no addon implements it (`drop_legacy_log`), and the
+debug-only type check of every HTTP message mitmproxy builds (`skip_message_checks`).
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from mitmproxy import exceptions, hooks, http
@@ -143,57 +141,24 @@ def _unchecked(self: object) -> None:
 
 def skip_idle(addons: Any) -> None:
     """Make the addon manager ``addons`` pass over, in each event it triggers, an addon with
-    neither that event's hook nor children, and walk the others without mitmproxy's
-    per-addon machinery.
+    neither that event's hook nor children, instead of entering it.
 
     mitmproxy's ``trigger_event`` enters every addon of the chain for every event (and a
     flow's event twice: the event, then ``update``): a context manager, a coroutine, and a
-    generator walking the addon and its children for a hook, per addon, and the hook's
-    arguments rebuilt from its dataclass fields per handler. For an addon with neither hook
-    nor children that finds nothing and calls nothing, so it is skipped; every other addon
-    is walked by `_invoke`, which calls the same handlers in the same order with the same
-    arguments, under mitmproxy's own error handling (``safecall``: a failing handler is
-    logged and ends its addon's walk, ``AddonHalt`` stops the event)."""
+    generator walking the addon and its children for a hook, per addon. For an addon with
+    neither, that finds nothing and calls nothing. Every other addon is entered exactly as
+    mitmproxy does, in chain order, with its error handling and ``AddonHalt``; an attribute
+    named like the hook that is not None goes that way too (mitmproxy decides what it is)."""
 
     async def trigger_event(event: hooks.Hook) -> None:
         name = event.name
-        args: list[Any] | None = None
         for addon in addons.chain:
             if getattr(addon, name, None) is None and not hasattr(addon, "addons"):
                 continue
-            if args is None:
-                args = event.args()
             try:
                 with safecall():
-                    await _invoke(addon, name, args)
+                    await addons.invoke_addon(addon, event)
             except exceptions.AddonHalt:
                 return
 
     addons.trigger_event = trigger_event
-
-
-async def _invoke(addon: object, name: str, args: list[Any]) -> None:
-    """mitmproxy's ``AddonManager.invoke_addon``: ``addon`` and its children depth first, each
-    child list read when its parent is reached, each handler called (and awaited when it
-    returns an awaitable) before the walk goes on; a module of the hook's name is passed
-    over and any other attribute that is not callable is an error. One explicit stack in
-    place of a generator per level."""
-    stack: list[Iterator[object]] = [iter((addon,))]
-    while stack:
-        current = next(stack[-1], _END)
-        if current is _END:
-            stack.pop()
-            continue
-        func = getattr(current, name, None)
-        if func:
-            if callable(func):
-                result = func(*args)
-                if result is not None and inspect.isawaitable(result):
-                    await result
-            elif not isinstance(func, types.ModuleType):
-                raise exceptions.AddonManagerError(f"Addon handler {name} ({current}) not callable")
-        if hasattr(current, "addons"):
-            stack.append(iter(current.addons))
-
-
-_END = object()

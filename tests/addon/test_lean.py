@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from mitmproxy import exceptions, http, options
+from mitmproxy import exceptions, hooks, http, options
 from mitmproxy.addons import clientplayback, dumper, save
 from mitmproxy.http import HTTPFlow
 from mitmproxy.log import LegacyLogEvents
@@ -152,7 +152,6 @@ class TestSkipIdle:
         one = ["a.request", "c.request", "d.request", "q.request", "e.request", "f.request", "halt.request"]
         assert calls == one + one + ["update 1"]  # handle_lifecycle: the hook, then update
         assert errors.count("Addon error: boom") == 4 and any("not callable" in e for e in errors)
-        assert any("boom" in e for e in errors) and any("not callable" in e for e in errors)
 
     async def test_an_update_reaches_its_handler_as_mitmproxy_s_loop_sends_it(self) -> None:
         for patched in (False, True):
@@ -164,23 +163,24 @@ class TestSkipIdle:
             await master.addons.handle_lifecycle(HttpRequestHook(tflow.tflow()))
             assert calls == ["update 1"]
 
-    async def test_an_addon_with_neither_hook_nor_children_is_not_entered(
-        self, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
+    async def test_an_addon_with_neither_hook_nor_children_is_not_entered(self) -> None:
         master = DumpMaster(options.Options(), with_termlog=False, with_dumper=False)
         drop_unused(master.addons)
         entered: list[str] = []
-        invoke = lean._invoke
+        invoke = master.addons.invoke_addon
 
-        async def noting(addon: object, name: str, args: list[object]) -> None:
+        async def noting(addon: object, event: hooks.Hook) -> None:
             entered.append(type(addon).__name__)
-            await invoke(addon, name, args)
+            await invoke(addon, event)
 
-        monkeypatch.setattr(lean, "_invoke", noting)
+        master.addons.invoke_addon = noting  # type: ignore[method-assign]
+        await master.addons.trigger_event(HttpRequestHook(tflow.tflow()))
+        every = len(entered)
+        entered.clear()
         skip_idle(master.addons)
         await master.addons.trigger_event(HttpRequestHook(tflow.tflow()))
         with_request = [type(a).__name__ for a in master.addons.chain if hasattr(a, "request") or hasattr(a, "addons")]
-        assert entered == with_request and 0 < len(entered) < len(master.addons.chain)
+        assert entered == with_request and 0 < len(entered) < every
 
 
 def unchecked_response() -> http.Response:
