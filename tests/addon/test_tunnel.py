@@ -459,7 +459,6 @@ class TestTheExchange:
         assert handler.feed(events.DataReceived(handler.client, b"GET / HTTP/1.1\r\n\r\n")) == b""
 
 
-
 class TestTheLeaf:
     """The leaf a replayed tunnel serves: mitmproxy's own for the host, over a P-256 key."""
 
@@ -481,7 +480,7 @@ class TestTheLeaf:
         assert isinstance(ca_key, rsa.RSAPublicKey)
         ca_key.verify(served.signature, served.tbs_certificate_bytes, padding.PKCS1v15(),
                       served.signature_hash_algorithm)  # type: ignore[arg-type]
-        theirs = tctx_leaf(nextlayer).to_cryptography()
+        theirs = tls_entry(nextlayer).cert.to_cryptography()
         assert served.subject == theirs.subject
         assert list(served.extensions) == list(theirs.extensions)
         assert (served.not_valid_before_utc, served.not_valid_after_utc) == (
@@ -512,10 +511,6 @@ def tls_entry(nextlayer: layer.NextLayer) -> certs.CertStoreEntry:
     from mitmproxy import ctx
 
     return ctx.master.addons.get("tlsconfig").get_cert(nextlayer.context)
-
-
-def tctx_leaf(nextlayer: layer.NextLayer) -> certs.Cert:
-    return tls_entry(nextlayer).cert
 
 
 # A runner's proxy with one more addon: it notes each TLS handshake mitmproxy's own client TLS
