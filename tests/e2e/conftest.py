@@ -68,6 +68,21 @@ class Ran:
     def output(self) -> str:
         return self.stdout + self.stderr
 
+    @property
+    def failure(self) -> str:
+        """What an assertion on a failed run shows: with a ``--json`` report, the flows that did
+        not pass and stderr; otherwise (or when every flow passed) the whole output. A CI log
+        keeps the end of a long message, and the reports of seven passing flows pushed the one
+        that failed out of it."""
+        try:
+            flows = json.loads(self.stdout)["flows"]
+            failed = [flow for flow in flows if not flow["passed"]]
+        except (ValueError, KeyError, TypeError):
+            return self.output
+        if not failed:
+            return self.output
+        return f"exit {self.code}; the flows that did not pass:\n{json.dumps(failed, indent=2)}\n{self.stderr}"
+
     def report(self) -> dict[str, Any]:
         """The ``--json`` report (the run must have been made with ``--json``)."""
         data: dict[str, Any] = json.loads(self.stdout)

@@ -113,7 +113,7 @@ def record(
 ) -> None:
     server = model(RECORDED, title)
     ran = flowproof.run(path, *upstream(server), "--record", keys=True, **env)
-    assert ran.code == 0, ran.output
+    assert ran.code == 0, ran.failure
     server.stop()
 
 
@@ -151,13 +151,13 @@ def test_an_unchanged_agent_against_a_live_like_model_is_equal_for_every_api(
         lanes.append(f"[{lane}]")
     recorder = model([], lanes={lane: RECORDED for lane in lanes})
     ran = flowproof.run(*specs, *upstream(recorder), "--record", "-j", "4", keys=True, timeout=240)
-    assert ran.code == 0, ran.output
+    assert ran.code == 0, ran.failure
     recorder.stop()
     before = [fingerprint(p.with_name("run.cassette.json")) for p in specs]
 
     live = model([], lanes={lane: RECORDED for lane in lanes}, live=LIVE_SEED)
     ran = flowproof.run(*specs, *upstream(live), "--compare", "--json", "-j", "4", keys=True, timeout=240)
-    assert ran.code == 0, ran.output
+    assert ran.code == 0, ran.failure
     report = ran.report()["flows"]
     assert sorted(f["name"] for f in report) == sorted(f"compare {a}{' streamed' if s else ''}" for a, s in flows)
     for flow in report:
@@ -221,7 +221,7 @@ class TestTitleThread:
         first = replace(RECORDED[0], first_chunk_delay=0.0 if title_last else 1.5)
         server = model([first, RECORDED[1]], title=[title], live=LIVE_SEED)
         ran = compare(flowproof, server, path, "--json")
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         by_thread = {(r["thread"], r["depth"]): (r["kind"], r["equal"]) for r in results(ran)}
         title_thread = next(r["thread"] for r in results(ran) if "kq311 for two" in r["text"]["live"].lower())
         assert by_thread[(title_thread, 2)] == ("paired", True)
@@ -255,7 +255,7 @@ def test_a_handler_receives_every_result_and_decides(tmp_path: Path, flowproof: 
     path.write_text(path.read_text().replace("FP_TITLE: '1'", "FP_TITLE: '0'"))
     server = model([RECORDED[0], RECORDED[0], RECORDED[1]], live=LIVE_SEED)
     ran = compare(flowproof, server, path, "--json", PYTHONPATH=str(tmp_path))
-    assert ran.code == 0, ran.output
+    assert ran.code == 0, ran.failure
     got = [json.loads(line) for line in seen.read_text().splitlines()]
     assert [(r["kind"], r["equal"]) for r in got] == [
         ("paired", True), ("paired", False), ("extra", False), ("missing", False),

@@ -20,14 +20,14 @@ class TestBundledExamplesReplay:
         """`flowproof-run example_specs/booking.flow.yaml` (what ./dev example runs) passes from the repo root."""
         before = fingerprint(EXAMPLES / "booking.cassette.json")
         ran = flowproof.run("example_specs/booking.flow.yaml", cwd=REPO)
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         assert "1 of 1 flow(s) passed" in ran.stdout
         assert fingerprint(EXAMPLES / "booking.cassette.json") == before
 
     def test_booking_replays_from_the_example_folder(self, flowproof: Flowproof) -> None:
         """The same spec passes when run from its own folder, so `python booking_agent.py` resolves there too."""
         ran = flowproof.run("booking.flow.yaml", "--json", cwd=EXAMPLES)
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         flow = ran.report()["flows"][0]
         assert flow["tool_calls"] == ["search_flights", "create_booking"]
         assert "booked" in flow["reply"]
@@ -35,7 +35,7 @@ class TestBundledExamplesReplay:
     def test_refund_guard_replays_and_proves_no_refund(self, flowproof: Flowproof) -> None:
         """The Anthropic guard flow replays offline: the order was looked up and no refund was asked for."""
         ran = flowproof.run(EXAMPLES / "refund_guard.flow.yaml", "--json", cwd=REPO)
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         flow = ran.report()["flows"][0]
         assert flow["tool_calls"] == ["lookup_order"]
         assert "not eligible" in flow["reply"]
@@ -43,7 +43,7 @@ class TestBundledExamplesReplay:
     def test_plan_mode_guard_replays_with_no_mcp_server(self, flowproof: Flowproof) -> None:
         """The MCP guard flow replays offline with no server and no url set; its guard shows an attempt."""
         ran = flowproof.run(EXAMPLES / "plan_mode_guard.flow.yaml", "--json", cwd=REPO)
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         flow = ran.report()["flows"][0]
         assert flow["tool_calls"] == ["list_rows (mcp)"]
         [guard] = flow["guards"]
@@ -57,7 +57,7 @@ class TestBundledExamplesReplay:
         (fake_bin / "python").write_text("#!/bin/sh\necho 'the wrong python' >&2\nexit 42\n")
         (fake_bin / "python").chmod(0o755)
         ran = flowproof.run("booking.flow.yaml", cwd=EXAMPLES, PATH=f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
 
     @pytest.mark.parametrize("name", EXAMPLE_NAMES)
     def test_committed_cassettes_hold_no_key(self, name: str) -> None:

@@ -185,6 +185,6 @@ class TestCompare:
         server = fake_model(script)
 
         ran = flowproof.run(spec, *upstream_args(server), "--compare", keys=True)
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         assert len(server.model_requests) == 3
         assert fingerprint(cassette) == before

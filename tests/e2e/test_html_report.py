@@ -209,7 +209,7 @@ class TestUntrustedContent:
 
         ran = flowproof.run(examples / "booking.flow.yaml", *upstream_args(server), "--record", "--html", page,
                             keys=True)
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         dumped = render(chromium, page)
         dom = Dom(dumped)
         assert "<title>flowproof report</title>" in dumped  # the script did not retitle the page

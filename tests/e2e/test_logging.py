@@ -49,7 +49,7 @@ class TestPerCallLines:
     def test_v_prints_one_readable_line_per_replayed_call(self, examples: Path, flowproof: Flowproof) -> None:
         """`flowproof-run booking.flow.yaml -v`: three lines, provider, model, matched turn and ms, in order."""
         ran = flowproof.run(examples / "booking.flow.yaml", "-v")
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         lines = call_lines(ran.stderr)
         assert [(c["provider"], c["model"], c["outcome"], c["turn"]) for c in lines] == [
             ("openai-chat", "gpt-4o-mini", "matched", str(turn)) for turn in range(3)
@@ -60,14 +60,14 @@ class TestPerCallLines:
 
     def test_without_v_there_is_no_per_call_line(self, examples: Path, flowproof: Flowproof) -> None:
         ran = flowproof.run(examples / "booking.flow.yaml")
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         assert "model_call" not in ran.output
 
     def test_log_json_lines_parse_and_name_their_flow_with_j2(self, examples: Path, flowproof: Flowproof) -> None:
         """`-v --log-json -j 2` over two flows: every stderr line is JSON; each call names its flow."""
         ran = flowproof.run(examples / "booking.flow.yaml", examples / "refund_guard.flow.yaml",
                             "-j", "2", "-v", "--log-json")
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         calls = [e for e in json_lines(ran.stderr) if e["event"] == "model_call"]
         by_flow: dict[object, list[tuple[object, ...]]] = {}
         for call in calls:

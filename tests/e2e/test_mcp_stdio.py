@@ -166,7 +166,7 @@ def test_two_stdio_flows_on_one_warm_proxy(examples: Path, flowproof: Flowproof,
     twin.write_text(spec.read_text().replace("name: write mode over stdio", "name: its twin"), encoding="utf-8")
     (examples / "stdio_twin.cassette.json").write_bytes((examples / "stdio_write.cassette.json").read_bytes())
     ran = flowproof.run(spec, twin, "--json", "-j", "2", cwd=examples, timeout=120)
-    assert ran.code == 0, ran.output
+    assert ran.code == 0, ran.failure
     flows = ran.report()["flows"]
     assert [f["tool_calls"] for f in flows] == [["list_rows (mcp)", "export_to_endpoint (mcp)"]] * 2
     assert log_lines(examples) == ["started", "list_rows 5"]

@@ -79,7 +79,7 @@ class TestOtel:
         with OtlpReceiver() as receiver:
             ran = flowproof.run(spec, *upstream_args(server), "--record", "--otel", "--otel-content", keys=True,
                                 **otel_env(receiver))
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         spans = receiver.spans
         (flights,) = named(spans, "execute_tool search_flights")
         (hotels,) = named(spans, "execute_tool search_hotels")

@@ -103,7 +103,7 @@ def booked(tmp_path: Path, flowproof: Flowproof, fake_model: Fake) -> Path:
     spec = booking_spec(tmp_path)
     server = fake_model(booking_script())
     ran = flowproof.run(spec, *upstream_args(server), "--record", "--json", keys=True)
-    assert ran.code == 0, ran.output
+    assert ran.code == 0, ran.failure
     assert server.remaining == 0 and len(server.model_requests) == 5
     return spec
 
@@ -115,7 +115,7 @@ class TestBookingFlow:
         spec = booking_spec(tmp_path)
         server = fake_model(booking_script())
         ran = flowproof.run(spec, *upstream_args(server), "--record", "--json", keys=True)
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         flow = flow_of(ran)
         assert failed(flow) == []
         scoped = [s["source"] for s in flow["steps"] if s["scope"]]
@@ -292,7 +292,7 @@ class TestHandoff:
         recorded = flowproof.run(spec, *upstream_args(server), "--record", "--json", keys=True)
         assert recorded.code == 0, recorded.output
         for ran in (recorded, flowproof.run(spec, "--json")):
-            assert ran.code == 0, ran.output
+            assert ran.code == 0, ran.failure
             flow = flow_of(ran)
             (billing,) = flow["subagents"]
             assert (billing["name"], billing["family"], billing["parent"]) == ("billing_agent", "openai-agents", None)

@@ -48,7 +48,7 @@ class TestGeminiKeyReachesTheUpstream:
         server = fake_model([Reply.text("hello from the fake gemini")])
         ran = flowproof.run(spec, "--upstream", f"generativelanguage.googleapis.com={server.url}",
                             "--record", GEMINI_API_KEY=GEMINI_KEY)
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         requests = server.model_requests
         assert [r.api for r in requests] == ["gemini"]
         assert requests[0].headers.get("x-goog-api-key") == GEMINI_KEY

@@ -546,7 +546,7 @@ class TestClaudeCodeStdioMcp:
                            f"api.anthropic.com={server.url}", keys=True)
         assert recorded.code == 0, recorded.output
         for ran in (recorded, run(flowproof, place, spec, "--json")):
-            assert ran.code == 0, ran.output
+            assert ran.code == 0, ran.failure
             flow = ran.report()["flows"][0]
             [guard] = flow["guards"]
             assert (guard["offered"], guard["asked"], guard["called"], guard["boundary"]) == (True, 1, 0, "mcp")

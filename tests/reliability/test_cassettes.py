@@ -130,7 +130,7 @@ class TestErrorTurns:
         spec = booking_spec(examples, "flaky", "flaky.cassette.json", extra="allow_error_turns: true")
         server = fake_model(self.replies(examples))
         ran = flowproof.run(spec, "--record", *upstream_args(server), keys=True)
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         assert "turn 0 recorded an HTTP 500 from the upstream" in ran.output
         assert load_cassette(examples / "flaky.cassette.json").turns[0].response.status == 500
 
@@ -141,7 +141,7 @@ class TestErrorTurns:
         server = fake_model(self.replies(examples))
         ran = flowproof.run(examples / "booking.flow.yaml", "--record", "--allow-error-turns",
                             *upstream_args(server), keys=True)
-        assert ran.code == 0, ran.output
+        assert ran.code == 0, ran.failure
         heal = ran.output.split("heal diff", 1)[-1] if "heal diff" in ran.output else ran.output
         assert "turn 0 recorded an HTTP 500 from the upstream" in heal
 

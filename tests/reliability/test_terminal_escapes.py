@@ -37,7 +37,7 @@ def record_hostile(examples: Path, flowproof: Flowproof, fake_model: Fake) -> Pa
         "  - assert: reply contains booked", "",
     ]))
     ran = flowproof.run(spec, "--record", *upstream_args(fake_model(replies)), keys=True)
-    assert ran.code == 0, ran.output
+    assert ran.code == 0, ran.failure
     return examples / "hostile.cassette.json"
 
 

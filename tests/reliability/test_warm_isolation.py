@@ -96,7 +96,7 @@ class TestOneWarmProxyTwoFlows:
                             keys=True, timeout=150)
         took = time.monotonic() - started
         by_name = flows(ran)
-        assert by_name["ordinary"]["exit_code"] == 0, ran.output
+        assert by_name["ordinary"]["exit_code"] == 0, ran.failure
         assert (tmp_path / "ordinary.cassette.json").exists()
         bad = by_name["hostile"]
         assert bad["exit_code"] != 0 and not (tmp_path / "hostile.cassette.json").exists()
@@ -119,7 +119,7 @@ class TestOneWarmProxyTwoFlows:
                             *lanes(slow=replies(), ordinary=replies(first_delay=3.0)),
                             keys=True, timeout=120, **env)
         by_name = flows(ran)
-        assert by_name["ordinary"]["exit_code"] == 0, ran.output
+        assert by_name["ordinary"]["exit_code"] == 0, ran.failure
         bad = by_name["slow"]
         assert bad["exit_code"] != 0
         said = " ".join([bad["error"] or "", *bad["proxy_errors"]])
