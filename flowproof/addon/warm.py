@@ -52,7 +52,7 @@ import asyncio
 import json
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +71,8 @@ __all__ = ["CLOSE_WAIT", "BuildState", "Session", "WarmSessions"]
 _MAX_LINE = 1 << 20
 #: Attempts at binding a session's listeners on fresh free ports before giving up.
 _BIND_ATTEMPTS = 3
+#: Ports asked of the kernel for one listener before giving up on finding one not taken.
+_PICKS = 100
 #: Hooks a session runs on the event loop rather than its worker (see `Session.hook`).
 _ON_LOOP = frozenset({"websocket_start", "websocket_message", "websocket_end"})
 #: Hooks that run on the worker even in a session without user code: ``done`` writes the
@@ -206,18 +208,40 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _with_port(spec: str) -> tuple[str, bool]:
+def _with_port(spec: str, taken: set[int]) -> tuple[str, bool]:
     """``spec`` with ``@PORT`` (a free one when it had none), and whether the port was chosen here.
 
     Two listeners may not both ask mitmproxy for port 0 (it refuses duplicate addresses),
-    so the port is picked here; a bind that loses the race is retried on another."""
+    so the port is picked here; a bind that loses the race is retried on another. A port in
+    ``taken`` (the listeners the proxy has or is setting up) is never picked, and the one
+    picked joins it: the kernel calls a port free until its listener is bound, and a session
+    opened side by side may not have bound its own yet (mitmproxy then refuses the whole
+    mode list, and the flow failed to open)."""
     try:
         mode = mode_specs.ProxyMode.parse(spec)
     except ValueError as e:
         raise exceptions.OptionsError(f"bad listener {spec!r}: {e}") from None
     if mode.custom_listen_port is not None:
         return spec, False
-    return f"{spec}@{_free_port()}", True
+    for _ in range(_PICKS):
+        port = _free_port()
+        if port not in taken:
+            taken.add(port)
+            return f"{spec}@{port}", True
+    raise exceptions.OptionsError(f"found no free port for the listener {spec!r} in {_PICKS} tries")
+
+
+def _ports_of(modes: Sequence[str]) -> set[int]:
+    """The ports the listeners ``modes`` name."""
+    ports = set()
+    for spec in modes:
+        try:
+            port = mode_specs.ProxyMode.parse(spec).custom_listen_port
+        except ValueError:
+            continue
+        if port is not None:
+            ports.add(port)
+    return ports
 
 
 class WarmSessions:
@@ -389,7 +413,9 @@ class WarmSessions:
         """Add the session's listeners to the running proxy; retry a chosen port that was taken."""
         proxyserver = ctx.master.addons.get("proxyserver")
         for attempt in range(_BIND_ATTEMPTS):
-            chosen = [_with_port(spec) for spec in requested]
+            # No await until the mode list holds these: a session opened meanwhile sees them.
+            taken = _ports_of(ctx.options.mode)
+            chosen = [_with_port(spec, taken) for spec in requested]
             specs = [spec for spec, _ in chosen]
             try:
                 ctx.options.update(mode=[*ctx.options.mode, *specs])

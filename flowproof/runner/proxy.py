@@ -29,6 +29,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,11 +76,26 @@ def warm_enabled(environ: Mapping[str, str] | None = None) -> bool:
     return env.get("FLOWPROOF_WARM_PROXY", "1").strip() != "0"
 
 
+#: Ports `free_port` handed out lately: the kernel calls a port free until the proxy binds it.
+_handed_out: deque[int] = deque(maxlen=256)
+_handing_out = threading.Lock()
+#: Ports asked of the kernel for one `free_port` before settling for one handed out before.
+_PICKS = 100
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that is free right now (the OS picks it), and not one handed out
+    lately: flows run side by side (``-j``) pick their listeners' ports before the proxy binds
+    them, and the kernel may offer one port to both (the proxy then refuses the second flow)."""
+    with _handing_out:
+        for _ in range(_PICKS):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            if port not in _handed_out:
+                break
+        _handed_out.append(port)
+        return port
 
 
 def mitmdump_executable() -> str:

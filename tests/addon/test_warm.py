@@ -401,6 +401,44 @@ class TestUserCodeAloneGoesToTheWorker:
         assert order == ["done", "request"]
 
 
+class TestListeners:
+    async def test_sessions_opened_side_by_side_never_pick_the_same_port(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The kernel calls a port free until its listener is bound, so a session opened while
+        another's listeners are still being set up may be offered the other's port. mitmproxy
+        then refused the whole mode list and the flow failed to open (exit 5, seen as one flow of
+        a ``-j 2`` run of tests/e2e/test_warm_proxy.py). Here both are offered the same port first."""
+        real = warm_module._free_port
+        offered = iter([real()] * 2)
+        monkeypatch.setattr(warm_module, "_free_port", lambda: next(offered, None) or real())
+        proxyserver = Proxyserver()
+        with taddons.context(proxyserver) as tctx:
+            tctx.configure(proxyserver, listen_host="127.0.0.1", listen_port=0)
+            warm = router(tmp_path)
+            sessions = [Session(n, None) for n in (1, 2)]  # type: ignore[arg-type]
+            try:
+                await asyncio.gather(*(warm._listen(s, ["regular", "reverse:https://api.openai.com"])
+                                       for s in sessions))
+                ports = [s.ports for s in sessions]
+                running = [server.is_running for server in proxyserver.servers]
+            finally:
+                await proxyserver.servers.update([])
+        assert all(len(p) == 2 for p in ports) and not ports[0] & ports[1], ports
+        assert len(running) == 5 and all(running), running  # the base listener and four of the sessions'
+
+    def test_a_port_the_proxy_listens_on_or_sets_up_is_never_picked(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        offered = iter([5001, 5002, 5003])
+        monkeypatch.setattr(warm_module, "_free_port", lambda: next(offered))
+        taken = warm_module._ports_of(["regular", "regular@5001", "reverse:https://api.openai.com@5002", "bad:"])
+        assert taken == {5001, 5002}
+        assert warm_module._with_port("regular", taken) == ("regular@5003", True)
+        assert warm_module._with_port("regular@5001", taken) == ("regular@5001", False)  # the flow's own choice
+        assert taken == {5001, 5002, 5003}
+
+
 class TestRootInWarmMode:
     def test_flowproof_control_makes_the_router_the_only_child(self, harness: Harness) -> None:
         """With a control socket the single-flow options are unused: no cassette is needed."""

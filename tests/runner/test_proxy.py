@@ -18,13 +18,16 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from flowproof.errors import ProxyError
 from flowproof.options import Mode, ProxyOptions, Route, from_json, listeners_for, parse_upstreams
+from flowproof.runner import proxy as proxy_module
 from flowproof.runner import spawn as spawn_module
 from flowproof.runner.proxy import (
     FlowProxy,
@@ -104,6 +107,43 @@ def kinds(path: Path | None) -> list[str]:
 def listening(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+class TestFreePort:
+    """Flows run side by side pick their listeners' ports before the proxy binds them."""
+
+    def test_a_port_handed_out_lately_is_not_handed_out_again(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        offered = iter([40001, 40001, 40002])
+
+        class Probe:
+            """A socket the kernel offers the ports of ``offered`` through, in turn."""
+
+            def __init__(self, *args: object) -> None:
+                self.port = next(offered)
+
+            def __enter__(self) -> Probe:
+                return self
+
+            def __exit__(self, *args: object) -> None:
+                return None
+
+            def bind(self, address: object) -> None:
+                pass
+
+            def getsockname(self) -> tuple[str, int]:
+                return "127.0.0.1", self.port
+
+        monkeypatch.setattr(proxy_module, "_handed_out", deque(maxlen=256))
+        monkeypatch.setattr(proxy_module, "socket", SimpleNamespace(
+            socket=Probe, AF_INET=socket.AF_INET, SOCK_STREAM=socket.SOCK_STREAM))
+        assert [free_port(), free_port()] == [40001, 40002]
+
+    def test_two_hundred_in_a_row_are_distinct_and_free(self) -> None:
+        # The kernel picks among ~14,000 ports at random: 200 picks collide more often than not.
+        ports = [free_port() for _ in range(200)]
+        assert len(set(ports)) == len(ports)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", ports[-1]))
 
 
 class TestReadEvents:
