@@ -64,6 +64,7 @@ from mitmproxy.proxy import mode_specs
 from flowproof.addon.shared import JSON_HEADERS, Shared, log
 from flowproof.log_events import ErrorEvent, ErrorKind, Listener, ReadyEvent
 from flowproof.options import Mode, ProxyOptions, from_json
+from flowproof.ports import free_port
 
 __all__ = ["CLOSE_WAIT", "BuildState", "Session", "WarmSessions"]
 
@@ -71,8 +72,6 @@ __all__ = ["CLOSE_WAIT", "BuildState", "Session", "WarmSessions"]
 _MAX_LINE = 1 << 20
 #: Attempts at binding a session's listeners on fresh free ports before giving up.
 _BIND_ATTEMPTS = 3
-#: Ports asked of the kernel for one listener before giving up on finding one not taken.
-_PICKS = 100
 #: Hooks a session runs on the event loop rather than its worker (see `Session.hook`).
 _ON_LOOP = frozenset({"websocket_start", "websocket_message", "websocket_end"})
 #: Hooks that run on the worker even in a session without user code: ``done`` writes the
@@ -202,12 +201,6 @@ class Session:
             self._worker.shutdown(wait=False, cancel_futures=True)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _with_port(spec: str, taken: set[int]) -> tuple[str, bool]:
     """``spec`` with ``@PORT`` (a free one when it had none), and whether the port was chosen here.
 
@@ -223,12 +216,9 @@ def _with_port(spec: str, taken: set[int]) -> tuple[str, bool]:
         raise exceptions.OptionsError(f"bad listener {spec!r}: {e}") from None
     if mode.custom_listen_port is not None:
         return spec, False
-    for _ in range(_PICKS):
-        port = _free_port()
-        if port not in taken:
-            taken.add(port)
-            return f"{spec}@{port}", True
-    raise exceptions.OptionsError(f"found no free port for the listener {spec!r} in {_PICKS} tries")
+    port = free_port(taken)
+    taken.add(port)
+    return f"{spec}@{port}", True
 
 
 def _ports_of(modes: Sequence[str]) -> set[int]:

@@ -36,6 +36,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from flowproof import ports
 from flowproof.errors import ProxyError
 from flowproof.runner import spawn
 from flowproof.runner.eventtail import EventTail
@@ -79,8 +80,6 @@ def warm_enabled(environ: Mapping[str, str] | None = None) -> bool:
 #: Ports `free_port` handed out lately: the kernel calls a port free until the proxy binds it.
 _handed_out: deque[int] = deque(maxlen=256)
 _handing_out = threading.Lock()
-#: Ports asked of the kernel for one `free_port` before settling for one handed out before.
-_PICKS = 100
 
 
 def free_port() -> int:
@@ -88,12 +87,7 @@ def free_port() -> int:
     lately: flows run side by side (``-j``) pick their listeners' ports before the proxy binds
     them, and the kernel may offer one port to both (the proxy then refuses the second flow)."""
     with _handing_out:
-        for _ in range(_PICKS):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = int(sock.getsockname()[1])
-            if port not in _handed_out:
-                break
+        port = ports.free_port(_handed_out)
         _handed_out.append(port)
         return port
 

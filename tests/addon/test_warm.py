@@ -20,6 +20,7 @@ from mitmproxy import http
 from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.test import taddons
 
+from flowproof import ports as ports_module
 from flowproof.addon import Flowproof
 from flowproof.addon import warm as warm_module
 from flowproof.addon.core import build_flow_state
@@ -409,9 +410,9 @@ class TestListeners:
         another's listeners are still being set up may be offered the other's port. mitmproxy
         then refused the whole mode list and the flow failed to open (exit 5, seen as one flow of
         a ``-j 2`` run of tests/e2e/test_warm_proxy.py). Here both are offered the same port first."""
-        real = warm_module._free_port
+        real = ports_module._probe
         offered = iter([real()] * 2)
-        monkeypatch.setattr(warm_module, "_free_port", lambda: next(offered, None) or real())
+        monkeypatch.setattr(ports_module, "_probe", lambda: next(offered, None) or real())
         proxyserver = Proxyserver()
         with taddons.context(proxyserver) as tctx:
             tctx.configure(proxyserver, listen_host="127.0.0.1", listen_port=0)
@@ -431,7 +432,7 @@ class TestListeners:
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         offered = iter([5001, 5002, 5003])
-        monkeypatch.setattr(warm_module, "_free_port", lambda: next(offered))
+        monkeypatch.setattr(ports_module, "_probe", lambda: next(offered))
         taken = warm_module._ports_of(["regular", "regular@5001", "reverse:https://api.openai.com@5002", "bad:"])
         assert taken == {5001, 5002}
         assert warm_module._with_port("regular", taken) == ("regular@5003", True)

@@ -20,11 +20,11 @@ import urllib.error
 import urllib.request
 from collections import deque
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from flowproof import ports as ports_module
 from flowproof.errors import ProxyError
 from flowproof.options import Mode, ProxyOptions, Route, from_json, listeners_for, parse_upstreams
 from flowproof.runner import proxy as proxy_module
@@ -114,29 +114,15 @@ class TestFreePort:
 
     def test_a_port_handed_out_lately_is_not_handed_out_again(self, monkeypatch: pytest.MonkeyPatch) -> None:
         offered = iter([40001, 40001, 40002])
-
-        class Probe:
-            """A socket the kernel offers the ports of ``offered`` through, in turn."""
-
-            def __init__(self, *args: object) -> None:
-                self.port = next(offered)
-
-            def __enter__(self) -> Probe:
-                return self
-
-            def __exit__(self, *args: object) -> None:
-                return None
-
-            def bind(self, address: object) -> None:
-                pass
-
-            def getsockname(self) -> tuple[str, int]:
-                return "127.0.0.1", self.port
-
         monkeypatch.setattr(proxy_module, "_handed_out", deque(maxlen=256))
-        monkeypatch.setattr(proxy_module, "socket", SimpleNamespace(
-            socket=Probe, AF_INET=socket.AF_INET, SOCK_STREAM=socket.SOCK_STREAM))
+        monkeypatch.setattr(ports_module, "_probe", lambda: next(offered))
         assert [free_port(), free_port()] == [40001, 40002]
+
+    def test_after_every_pick_is_taken_the_last_offer_is_given(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A caller's bind (or mitmproxy) then refuses it with its own message; no endless loop."""
+        offered = iter(range(1, ports_module.PICKS + 1))
+        monkeypatch.setattr(ports_module, "_probe", lambda: next(offered))
+        assert ports_module.free_port(range(1, 1000)) == ports_module.PICKS
 
     def test_two_hundred_in_a_row_are_distinct_and_free(self) -> None:
         # The kernel picks among ~14,000 ports at random: 200 picks collide more often than not.
